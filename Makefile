@@ -1,0 +1,25 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run   -> local venv, install, run the embedded default (DMFT vs GD simulation)
+#   make test  -> local venv, install, run the test suite (what CI runs)
+PY ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+
+$(BIN)/deltann: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(BIN)/deltann
+
+install: $(BIN)/deltann
+
+run: install
+	$(BIN)/deltann demo
+
+test: install
+	$(BIN)/python -m pytest -n 2 tests
+
+bench-quick: install
+	$(BIN)/python -m benchmarks run --quick
+
+.PHONY: install run test bench-quick

@@ -1,0 +1,30 @@
+"""deltann.dmft — DMFT of full-batch gradient descent on two-layer networks, and the
+finite-d GD simulator it is checked against (THEORY §0, §1, §3)."""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from .data import empirical_risk, init_weights, sample_data  # noqa: E402
+from .problem import (  # noqa: E402
+    Init,
+    Problem,
+    ProblemError,
+    Teacher,
+    TwoLayer,
+    check_finite_maps,
+    committee_readout,
+    huber_loss,
+    logistic_loss,
+    sample_grad,
+    sample_grad_a,
+    sample_hessian,
+    square_loss,
+)
+
+__all__ = [
+    "empirical_risk", "init_weights", "sample_data",
+    "Init", "Problem", "ProblemError", "Teacher", "TwoLayer", "check_finite_maps",
+    "committee_readout", "huber_loss", "logistic_loss", "sample_grad", "sample_grad_a",
+    "sample_hessian", "square_loss",
+]

@@ -1,0 +1,311 @@
+"""Problem specification: teacher, student, loss, ridge and initialization (THEORY §0).
+
+Everything is an ``equinox.Module`` so a problem passes through ``jit``/``vmap`` as a
+pytree: callables and shape-setting integers are static fields, continuous parameters
+(second layer, ``Q_0``, ``M^0``, ridge) are array leaves and are traced.
+
+All derivatives of the activation, readout and loss come from JAX autodiff
+(:func:`sample_grad`, :func:`sample_hessian`); nothing is hand-coded per activation.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+
+class ProblemError(ValueError):
+    """A problem specification or an argument is invalid (the message names it)."""
+
+
+# ---------------------------------------------------------------------------------
+# losses  ell(y, yhat) for one sample (scalars)
+# ---------------------------------------------------------------------------------
+
+
+def square_loss(y, yhat):
+    """``(y - yhat)**2 / 2``."""
+    return 0.5 * (y - yhat) ** 2
+
+
+def logistic_loss(y, yhat):
+    """``log(1 + exp(-y yhat))`` for labels ``y in {-1, +1}``."""
+    return jnp.logaddexp(0.0, -y * yhat)
+
+
+def huber_loss(width: float = 1.0):
+    """Huber loss of the residual with transition at ``width`` (bounded ``ell''``)."""
+
+    def loss(y, yhat):
+        r = jnp.abs(y - yhat)
+        return jnp.where(r <= width, 0.5 * r**2, width * (r - 0.5 * width))
+
+    return loss
+
+
+# ---------------------------------------------------------------------------------
+# teacher
+# ---------------------------------------------------------------------------------
+
+
+def _standard_normal_noise(key, shape):
+    return jax.random.normal(key, shape)
+
+
+class Teacher(eqx.Module):
+    """Multi-index teacher ``y = link(z, eps)``, ``z = Θ*ᵀx ∈ R^k``.
+
+    ``link`` takes ``z`` of shape ``(k,)`` and ``eps`` of shape ``(noise_dim,)`` for one
+    sample and returns a scalar; it is vectorized internally. ``noise`` samples ``eps``
+    (``noise(key, shape)``; default standard normal). ``hard`` lists teacher coordinates
+    along which the link is even (``E[z_j | y] = 0``); ``None`` detects them numerically
+    (:meth:`detect_even_coordinates`). They are used for antithetic sampling in DMFT.
+    """
+
+    link: Callable = eqx.field(static=True)
+    k: int = eqx.field(static=True)
+    noise_dim: int = eqx.field(static=True, default=0)
+    noise: Callable = eqx.field(static=True, default=_standard_normal_noise)
+    hard: Optional[tuple] = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        if not isinstance(self.k, (int, np.integer)) or self.k < 1:
+            raise ProblemError(f"Teacher.k must be a positive int (got {self.k!r}).")
+        if not isinstance(self.noise_dim, (int, np.integer)) or self.noise_dim < 0:
+            raise ProblemError(f"Teacher.noise_dim must be an int >= 0 (got {self.noise_dim!r}).")
+        if self.hard is not None:
+            bad = [j for j in self.hard if not (0 <= int(j) < self.k)]
+            if bad:
+                raise ProblemError(f"Teacher.hard has indices {bad} outside 0..k-1 = 0..{self.k - 1}.")
+
+    def labels(self, z: Array, eps: Array) -> Array:
+        """Vectorized link: ``z`` (..., k), ``eps`` (..., noise_dim) -> ``y`` (...)."""
+        batch = z.shape[:-1]
+        zf = z.reshape((-1, self.k))
+        ef = jnp.broadcast_to(eps, batch + (self.noise_dim,)).reshape((zf.shape[0], self.noise_dim))
+        y = jax.vmap(self.link)(zf, ef)
+        return jnp.reshape(y, batch)
+
+    def sample_noise(self, key, batch: tuple) -> Array:
+        if self.noise_dim == 0:
+            return jnp.zeros(batch + (0,))
+        return self.noise(key, batch + (self.noise_dim,))
+
+    def hard_coordinates(self, key=None) -> tuple:
+        if self.hard is not None:
+            return tuple(int(j) for j in self.hard)
+        return self.detect_even_coordinates(key)
+
+    def detect_even_coordinates(self, key=None, samples: int = 512) -> tuple:
+        """Teacher coordinates ``j`` with ``link(z with z_j -> -z_j, eps) == link(z, eps)``.
+
+        Evenness in ``z_j`` implies ``E[z_j | y] = 0`` (a hard direction at zero overlap).
+        Checked on ``samples`` Gaussian draws, outside of any trace.
+        """
+        key = jax.random.key(12345) if key is None else key
+        kz, ke = jax.random.split(key)
+        z = jax.random.normal(kz, (samples, self.k))
+        eps = self.sample_noise(ke, (samples,))
+        y = np.asarray(self.labels(z, eps))
+        even = []
+        for j in range(self.k):
+            yj = np.asarray(self.labels(z.at[:, j].multiply(-1.0), eps))
+            scale = 1.0 + np.abs(y)
+            if np.all(np.abs(yj - y) <= 1e-10 * scale):
+                even.append(j)
+        return tuple(even)
+
+
+# ---------------------------------------------------------------------------------
+# student
+# ---------------------------------------------------------------------------------
+
+
+def committee_readout(activation: Callable) -> Callable:
+    """``F(r; a) = Σ_j a_j σ(r_j)``."""
+
+    def readout(r, a):
+        return jnp.sum(a * activation(r))
+
+    return readout
+
+
+class TwoLayer(eqx.Module):
+    """Two-layer student ``F(Wᵀx; a)`` of width ``m``.
+
+    ``readout(r, a)`` (one sample, ``r`` of shape ``(m,)``) defaults to
+    ``Σ_j a_j activation(r_j)``. ``second_layer`` is the initial ``a``;
+    ``train_second_layer`` turns its GD on with step ``second_layer_lr_scale · η``.
+    """
+
+    activation: Optional[Callable] = eqx.field(static=True)
+    width: int = eqx.field(static=True)
+    second_layer: Array
+    train_second_layer: bool = eqx.field(static=True, default=False)
+    readout: Optional[Callable] = eqx.field(static=True, default=None)
+    second_layer_lr_scale: float = eqx.field(static=True, default=1.0)
+
+    def __init__(
+        self,
+        activation=None,
+        width: int = 1,
+        second_layer=None,
+        train_second_layer: bool = False,
+        readout=None,
+        second_layer_lr_scale: float = 1.0,
+    ):
+        if not isinstance(width, (int, np.integer)) or width < 1:
+            raise ProblemError(f"TwoLayer.width must be a positive int (got {width!r}).")
+        if activation is None and readout is None:
+            raise ProblemError("TwoLayer needs an `activation` (σ) or a general `readout(r, a)`.")
+        self.activation = activation
+        self.width = int(width)
+        if second_layer is None:
+            second_layer = jnp.ones(width) / width
+        self.second_layer = jnp.asarray(second_layer, dtype=float)
+        if readout is None and self.second_layer.shape != (self.width,):
+            raise ProblemError(
+                f"TwoLayer.second_layer has shape {self.second_layer.shape}; the default readout "
+                f"Σ_j a_j σ(r_j) needs shape ({self.width},)."
+            )
+        if self.second_layer.ndim != 1:
+            raise ProblemError("TwoLayer.second_layer must be a 1-d array (the parameters a).")
+        self.train_second_layer = bool(train_second_layer)
+        self.readout = readout
+        self.second_layer_lr_scale = float(second_layer_lr_scale)
+
+    def F(self, r: Array, a: Array) -> Array:
+        if self.readout is not None:
+            return self.readout(r, a)
+        return jnp.sum(a * self.activation(r))
+
+
+class Init(eqx.Module):
+    """Initialization ``W^0 = Θ* M^0 + W_⊥^0``, rows of ``√d W_⊥^0`` i.i.d. ``N(0, Q_0)``.
+
+    ``q0``: ``(m, m)`` positive definite; ``overlap``: ``M^0`` of shape ``(k, m)``.
+    """
+
+    q0: Array
+    overlap: Array
+
+    def __init__(self, q0, overlap):
+        self.q0 = jnp.asarray(q0, dtype=float)
+        self.overlap = jnp.asarray(overlap, dtype=float)
+
+
+class Problem(eqx.Module):
+    """Teacher, student, loss ``ell(y, yhat)``, ridge ``λ`` (on W) and ``λ_a`` (on a), init."""
+
+    teacher: Teacher
+    student: TwoLayer
+    loss: Callable = eqx.field(static=True)
+    ridge: Array
+    init: Init
+    ridge_second: Array
+
+    def __init__(self, teacher, student, loss=square_loss, ridge=0.0, init=None, ridge_second=0.0):
+        self.teacher = teacher
+        self.student = student
+        self.loss = loss
+        self.ridge = jnp.asarray(ridge, dtype=float)
+        self.ridge_second = jnp.asarray(ridge_second, dtype=float)
+        m, k = student.width, teacher.k
+        if init is None:
+            init = Init(q0=jnp.eye(m), overlap=jnp.zeros((k, m)))
+        self.init = init
+        self._validate()
+
+    # -- validation (concrete values only; skipped under tracing) --------------------
+    def _validate(self):
+        m, k = self.student.width, self.teacher.k
+        q0, ov = self.init.q0, self.init.overlap
+        if q0.shape != (m, m):
+            raise ProblemError(f"Init.q0 has shape {q0.shape}; it must be (width, width) = ({m}, {m}).")
+        if ov.shape != (k, m):
+            raise ProblemError(
+                f"Init.overlap (M^0) has shape {ov.shape}; it must be (k, width) = ({k}, {m})."
+            )
+        if _is_concrete(q0):
+            qn = np.asarray(q0)
+            if not np.allclose(qn, qn.T, atol=1e-12):
+                raise ProblemError("Init.q0 must be symmetric.")
+            if np.linalg.eigvalsh(qn).min() <= 0:
+                raise ProblemError(
+                    f"Init.q0 must be positive definite (smallest eigenvalue "
+                    f"{np.linalg.eigvalsh(qn).min():.3g}); use e.g. q0 = s**2 * I for init scale s."
+                )
+        for name, val in (("ridge", self.ridge), ("ridge_second", self.ridge_second)):
+            if _is_concrete(val) and float(val) < 0:
+                raise ProblemError(f"Problem.{name} must be >= 0 (got {float(val)}).")
+
+    # -- per-sample maps (autodiff) -------------------------------------------------
+    @property
+    def m(self) -> int:
+        return self.student.width
+
+    @property
+    def k(self) -> int:
+        return self.teacher.k
+
+    def sample_loss(self, y, r, a):
+        """``ell(y, F(r; a))`` for one sample, ``r`` of shape ``(m,)``."""
+        return self.loss(y, self.student.F(r, a))
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def sample_grad(problem: Problem, y, r, a):
+    """``g = ∇_r ell(y, F(r; a))`` (shape ``(m,)``)."""
+    return jax.grad(problem.sample_loss, argnums=1)(y, r, a)
+
+
+def sample_hessian(problem: Problem, y, r, a):
+    """``D = ∇²_r ell(y, F(r; a))`` (shape ``(m, m)``): Gauss–Newton plus ``ell'·∇²F``."""
+    return jax.hessian(problem.sample_loss, argnums=1)(y, r, a)
+
+
+def sample_grad_a(problem: Problem, y, r, a):
+    """``∇_a ell(y, F(r; a))``."""
+    return jax.grad(problem.sample_loss, argnums=2)(y, r, a)
+
+
+def check_finite_maps(problem: Problem, key=None, samples: int = 256):
+    """Evaluate link, readout, loss and their derivatives on Gaussian inputs at the initial
+    state; raise :class:`ProblemError` naming which returned non-finite values."""
+    key = jax.random.key(7) if key is None else key
+    kz, ke, kr = jax.random.split(key, 3)
+    z = jax.random.normal(kz, (samples, problem.k))
+    eps = problem.teacher.sample_noise(ke, (samples,))
+    y = problem.teacher.labels(z, eps)
+    if not np.all(np.isfinite(np.asarray(y))):
+        raise ProblemError(
+            "Teacher.link returned non-finite labels on Gaussian inputs "
+            f"({int(np.sum(~np.isfinite(np.asarray(y))))} of {samples}); fix the link."
+        )
+    q0 = np.asarray(problem.init.q0)
+    r = jax.random.normal(kr, (samples, problem.m)) @ jnp.asarray(np.linalg.cholesky(q0)).T
+    r = r + z @ problem.init.overlap
+    a = problem.student.second_layer
+    checks = {
+        "readout/activation F(r; a)": jax.vmap(problem.student.F, in_axes=(0, None))(r, a),
+        "loss ell(y, F)": jax.vmap(problem.sample_loss, in_axes=(0, 0, None))(y, r, a),
+        "loss gradient ∇_r ell (autodiff)": jax.vmap(lambda yy, rr: sample_grad(problem, yy, rr, a))(y, r),
+        "loss Hessian ∇²_r ell (autodiff)": jax.vmap(lambda yy, rr: sample_hessian(problem, yy, rr, a))(y, r),
+    }
+    for name, val in checks.items():
+        v = np.asarray(val)
+        if not np.all(np.isfinite(v)):
+            raise ProblemError(
+                f"The {name} is non-finite on Gaussian inputs at initialization "
+                f"({int(np.sum(~np.isfinite(v)))} entries); check the activation, readout and loss "
+                "(e.g. a log or division at 0, or a kink where a second derivative is needed)."
+            )
