@@ -1,0 +1,188 @@
+"""Finite-d full-batch gradient descent: the ground truth (THEORY §0, §3).
+
+``W^{t+1} = W^t − η_t [(1/n) Σ_i x_i g_iᵀ + λ W^t]``,
+``a^{t+1} = a^t − η_{a,t} [(1/n) Σ_i ∇_a ℓ_i + λ_a a^t]``, on real Gaussian data
+``x_i ~ N(0, I_d)``, ``n = round(δ d)``, teacher ``Θ* = [e_1..e_k]``.
+
+Observables match :class:`dmft.Trajectory`: train error ``(1/n) Σ ℓ(y_i, F(W^tᵀx_i; a^t))``;
+test error on fresh inputs, drawn exactly as ``(z, W^tᵀx)`` from their joint Gaussian law
+given ``W^t`` (``r = M^tᵀz + chol(W_⊥ᵀW_⊥) ξ``); overlap ``M^t = Θ*ᵀW^t``; gram ``W^tᵀW^t``.
+Seeds run under ``vmap`` (in chunks of ``seed_batch`` to bound memory).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .data import init_weights, sample_data
+from .problem import Problem, ProblemError, check_finite_maps, sample_grad, sample_grad_a
+from .solve import _lr_schedule
+
+
+class SimulationResult(eqx.Module):
+    """Per-seed GD observables, indexed ``[seed, step]``; the attributes ``train_error``,
+    ``test_error``, ``overlap``, ``gram``, ``second_layer`` are seed means and ``*_stderr``
+    the standard errors of those means. ``W``/``a`` hold the final weights when requested."""
+
+    train_error_seeds: jax.Array
+    test_error_seeds: jax.Array
+    overlap_seeds: jax.Array
+    gram_seeds: jax.Array
+    second_layer_seeds: jax.Array
+    W: Optional[jax.Array] = None
+    a: Optional[jax.Array] = None
+    seed_keys: Optional[jax.Array] = None
+    setting: Optional[dict] = None
+
+    def _mean(self, x):
+        return jnp.mean(x, axis=0)
+
+    def _se(self, x):
+        s = x.shape[0]
+        return jnp.std(x, axis=0, ddof=1) / np.sqrt(s) if s > 1 else jnp.full(x.shape[1:], jnp.nan)
+
+    train_error = property(lambda self: self._mean(self.train_error_seeds))
+    test_error = property(lambda self: self._mean(self.test_error_seeds))
+    overlap = property(lambda self: self._mean(self.overlap_seeds))
+    gram = property(lambda self: self._mean(self.gram_seeds))
+    second_layer = property(lambda self: self._mean(self.second_layer_seeds))
+    train_error_stderr = property(lambda self: self._se(self.train_error_seeds))
+    test_error_stderr = property(lambda self: self._se(self.test_error_seeds))
+    overlap_stderr = property(lambda self: self._se(self.overlap_seeds))
+    gram_stderr = property(lambda self: self._se(self.gram_seeds))
+
+    @property
+    def seeds(self) -> int:
+        return self.train_error_seeds.shape[0]
+
+
+def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_samples: int, random_overlap: bool, dtype):
+    k, m = problem.k, problem.m
+    st = problem.student
+    kd, kw, kt = jax.random.split(key, 3)
+    X, y = sample_data(problem, kd, d, n, dtype)
+    W0 = init_weights(problem, kw, d, random_overlap, dtype)
+    a0 = st.second_layer.astype(dtype)
+    eta_a = eta * (st.second_layer_lr_scale if st.train_second_layer else 0.0)
+    lam, lam_a = problem.ridge, problem.ridge_second
+
+    # fresh test inputs: (z, ξ) standard normal, fixed across time (common random numbers)
+    ktz, kte, ktx = jax.random.split(kt, 3)
+    zt = jax.random.normal(ktz, (test_samples, k), dtype)
+    yt = problem.teacher.labels(zt, problem.teacher.sample_noise(kte, (test_samples,)).astype(dtype))
+    xit = jax.random.normal(ktx, (test_samples, m), dtype)
+
+    grad_r = jax.vmap(lambda yy, rr, aa: sample_grad(problem, yy, rr, aa), in_axes=(0, 0, None))
+    grad_a = jax.vmap(lambda yy, rr, aa: sample_grad_a(problem, yy, rr, aa), in_axes=(0, 0, None))
+    loss_v = jax.vmap(problem.sample_loss, in_axes=(0, 0, None))
+
+    def observe(W, a, R):
+        Wp = W[k:]
+        cperp = Wp.T @ Wp
+        ev, V = jnp.linalg.eigh(0.5 * (cperp + cperp.T))
+        r_test = zt @ W[:k] + xit @ (V * jnp.sqrt(jnp.maximum(ev, 0.0))).T
+        return dict(
+            train=jnp.mean(loss_v(y, R, a)),
+            test=jnp.mean(loss_v(yt, r_test, a)),
+            overlap=W[:k],
+            gram=W.T @ W,
+            a=a,
+        )
+
+    def step(carry, t):
+        W, a = carry
+        R = X @ W
+        obs = observe(W, a, R)
+        g = grad_r(y, R, a)
+        gW = X.T @ g / n + lam * W
+        ga = jnp.mean(grad_a(y, R, a), axis=0) + lam_a * a
+        live = t < steps  # the last pass only observes W^T
+        return (W - jnp.where(live, eta[t], 0.0) * gW, a - jnp.where(live, eta_a[t], 0.0) * ga), obs
+
+    (Wf, af), obs = jax.lax.scan(step, (W0, a0), jnp.arange(steps + 1))
+    return obs, Wf, af
+
+
+def simulate(
+    problem: Problem,
+    d: int,
+    delta,
+    lr,
+    steps: int,
+    seeds: int,
+    key,
+    *,
+    test_samples: int = 16384,
+    return_weights: bool = False,
+    random_overlap: bool = False,
+    seed_batch: Optional[int] = None,
+    dtype=jnp.float64,
+) -> SimulationResult:
+    """Full-batch GD at dimension ``d`` with ``n = round(δ d)`` samples, ``seeds`` independent
+    draws of data and initialization (seed ``s`` uses ``jax.random.fold_in(key, s)``).
+
+    ``lr`` is a scalar or a schedule of shape ``(steps,)``. ``random_overlap=True`` adds the
+    ``O(d^{-1/2})`` random teacher overlap of an ordinary random init to ``M^0`` (default:
+    exactly ``M^0``). ``return_weights=True`` keeps the final ``W`` (seeds, d, m) and ``a``.
+    Runs unchanged on GPU; ``dtype=jnp.float32`` halves memory there.
+    """
+    if not isinstance(d, (int, np.integer)) or d <= problem.k:
+        raise ProblemError(f"d must be an int > k = {problem.k} (got {d!r}).")
+    delta_f = float(delta)
+    if not np.isfinite(delta_f) or delta_f <= 0:
+        raise ProblemError(f"delta must be finite and > 0 (got {delta}).")
+    n = int(round(delta_f * d))
+    if n < 1:
+        raise ProblemError(f"n = round(delta*d) = {n}; increase d or delta.")
+    if not isinstance(seeds, (int, np.integer)) or seeds < 1:
+        raise ProblemError(f"seeds must be a positive int (got {seeds!r}).")
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ProblemError(f"steps must be a positive int (got {steps!r}).")
+    lr_np = np.asarray(lr, dtype=float)
+    if not np.all(np.isfinite(lr_np)) or np.any(lr_np <= 0):
+        raise ProblemError(f"lr must be finite and > 0 (got {lr}).")
+    check_finite_maps(problem)
+    eta = _lr_schedule(lr, steps)
+    if seed_batch is None:
+        per_seed = 8 * (n * d + 4 * d * problem.m) * jnp.dtype(dtype).itemsize // 8
+        seed_batch = int(max(1, min(seeds, 2_000_000_000 // max(per_seed, 1))))
+    keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(jnp.arange(seeds))
+    obs, Wf, af = _simulate_jit(problem, keys, eta, d, n, steps, test_samples, random_overlap, dtype, seed_batch)
+    setting = dict(d=int(d), n=n, delta=delta_f, lr=lr_np.tolist(), steps=int(steps), seeds=int(seeds),
+                   test_samples=int(test_samples), random_overlap=bool(random_overlap),
+                   dtype=jnp.dtype(dtype).name, teacher_basis="first k coordinate axes")
+    return SimulationResult(
+        train_error_seeds=obs["train"],
+        test_error_seeds=obs["test"],
+        overlap_seeds=obs["overlap"],
+        gram_seeds=obs["gram"],
+        second_layer_seeds=obs["a"],
+        W=Wf if return_weights else None,
+        a=af if return_weights else None,
+        seed_keys=keys,
+        setting=setting,
+    )
+
+
+@eqx.filter_jit
+def _simulate_jit(problem, keys, eta, d, n, steps, test_samples, random_overlap, dtype, seed_batch):
+    one = jax.vmap(lambda kk: _run_one(problem, kk, d, n, eta, steps, test_samples, random_overlap, dtype))
+    seeds = keys.shape[0]
+    nb = -(-seeds // seed_batch)
+    pad = nb * seed_batch - seeds
+    kp = jnp.concatenate([keys, keys[:pad]]) if pad else keys
+    out = jax.lax.map(one, kp.reshape((nb, seed_batch)))
+    out = jax.tree.map(lambda x: x.reshape((nb * seed_batch,) + x.shape[2:])[:seeds], out)
+    return out
+
+
+def simulation_data(problem: Problem, sim: SimulationResult, seed: int):
+    """Rebuild the training data ``(X, y)`` of seed ``seed`` of a simulation (same keys)."""
+    s = sim.setting
+    kd, _, _ = jax.random.split(sim.seed_keys[seed], 3)
+    return sample_data(problem, kd, s["d"], s["n"], jnp.dtype(s["dtype"]))

@@ -1,0 +1,462 @@
+"""Causal discrete-time DMFT of full-batch GD (THEORY §1).
+
+Order parameters for ``0 <= s <= t <= T`` (each ``m×m``): ``C_θ(t,s)``, ``R_θ(t,s)``,
+``C_g(t,s) = E[g^t g^sᵀ]``, ``Γ(t,s) = E[∂g^t/∂ω^s]``; ``M^t`` (k×m) and ``a^t``.
+
+Data side, one Monte Carlo path (``z, ε, y`` and a Gaussian sequence ``ω``):
+
+    r^t = M^tᵀ z + ω^t − (1/δ) Σ_{s<t} η_s R_θ(t, s+1) g^s                  (1)
+    g^t = ∇_r ℓ(y, F(r^t; a^t)),     G^t = ∇²_r ℓ(y, F(r^t; a^t))
+
+Parameter side (one coordinate of √d W_⊥; linear, exact):
+
+    θ^{t+1} = (1 − η_t λ) θ^t − η_t (u^t + Σ_{s≤t} Γ(t,s) θ^s),   E[u^t u^sᵀ] = C_g(t,s)/δ
+    R_θ(t+1,s) = (1 − η_t λ) R_θ(t,s) − η_t Σ_{s≤s'≤t} Γ(t,s') R_θ(s',s),   R_θ(s,s) = I   (2)
+    C_θ(t+1,t') = (1 − η_t λ) C_θ(t,t') − η_t (E[u^t θ^{t'ᵀ}] + Σ_{s≤t} Γ(t,s) C_θ(s,t'))      (3)
+    E[u^t θ^{t'ᵀ}] = −(1/δ) Σ_{s<t'} η_s C_g(t,s) R_θ(t',s+1)ᵀ
+
+Low-dimensional parameters:
+
+    M^{t+1} = (1 − η_t λ) M^t − η_t E[z g^tᵀ]                                 (4)
+    a^{t+1} = (1 − η_{a,t} λ_a) a^t − η_{a,t} E[∇_a ℓ(y, F(r^t; a^t))]         (5)
+
+``Γ(t,s) = E[G^t P(t,s)]`` with the exact per-path Jacobian ``P(t,s) = ∂r^t/∂ω^s``:
+
+    P(t,s) = 1{t=s} − (1/δ) Σ_{s≤s'<t} η_{s'} R_θ(t,s'+1) G^{s'} P(s',s)          (6)
+
+computed for each ``t`` by a reverse (adjoint) sweep, so memory stays
+``O(N T m²)`` instead of ``O(N T² m²)``: with ``B_s = G^t P(t,s)``, ``B_t = G^t`` and
+
+    B_{s'} = −(η_{s'}/δ) [Σ_{s''>s'} B_{s''} R_θ(s'', s'+1)] G^{s'}.
+
+The GD step may vary in time (``lr`` an array): every ``η`` above is then ``η_t``.
+Everything at step ``t`` uses kernels up to ``t`` only: one forward pass, no fixed point.
+``ω^t`` is drawn from a growing block-Cholesky factor of ``C_θ`` with persistent white
+noise. Hard teacher coordinates (link even in ``z_j``) are sampled antithetically, and
+the estimator of ``E[z gᵀ]`` sums each sign-flip pair first, so a zero hard overlap
+stays exactly zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .problem import Problem, ProblemError, check_finite_maps, sample_grad, sample_grad_a, sample_hessian
+
+MIN_PATHS = 64
+
+
+class DMFTError(RuntimeError):
+    """The DMFT solve failed (non-finite kernels); the message names the step."""
+
+
+class Trajectory(eqx.Module):
+    """DMFT solution, indexed by step ``0..steps``.
+
+    Observables: ``train_error``, ``test_error`` (steps+1,), ``overlap`` ``M^t`` (steps+1,k,m),
+    ``gram`` ``W^tᵀW^t = MᵀM + C_θ(t,t)`` (steps+1,m,m), ``second_layer`` ``a^t``.
+    Kernels (steps+1, steps+1, m, m): ``C_theta``, ``R_theta``, ``C_g``, ``Gamma``.
+    ``samples``: {t: dict(z, y, eps, r)} of the effective data-side process at the
+    requested times (the joint law of ``(z, y, r^t)`` behind the Hessian blocks).
+    ``failed_step``: first step with non-finite values (``-1`` if none).
+    ``min_schur``: smallest eigenvalue of the conditional covariance of ``ω^t`` (clipped
+    at 0 when negative by round-off; near 0 means the dynamics has frozen).
+    """
+
+    train_error: jax.Array
+    test_error: jax.Array
+    overlap: jax.Array
+    gram: jax.Array
+    second_layer: jax.Array
+    C_theta: jax.Array
+    R_theta: jax.Array
+    C_g: jax.Array
+    Gamma: jax.Array
+    samples: dict
+    failed_step: jax.Array
+    min_schur: jax.Array
+    setting: Optional[dict] = None
+
+    @property
+    def steps(self) -> int:
+        return self.train_error.shape[-1] - 1
+
+
+def _lr_schedule(lr, steps):
+    lr = jnp.asarray(lr, dtype=float)
+    if lr.ndim == 0:
+        return jnp.full((steps + 1,), lr)
+    if lr.shape[-1] != steps:
+        raise ProblemError(f"lr as a schedule must have shape (steps,) = ({steps},); got {lr.shape}.")
+    return jnp.concatenate([lr, lr[..., -1:]], axis=-1)
+
+
+def _validate(problem, delta, lr, steps, paths, save_samples_at, n_groups):
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ProblemError(f"steps must be a positive int (got {steps!r}).")
+    if not isinstance(paths, (int, np.integer)) or paths < MIN_PATHS:
+        raise ProblemError(
+            f"paths = {paths!r} is too small to estimate the kernels; use paths >= {MIN_PATHS} "
+            "(Monte Carlo error ~ paths^-1/2; 10^4–10^5 for 2–3 digit accuracy)."
+        )
+    if paths % n_groups:
+        raise ProblemError(
+            f"paths = {paths} must be a multiple of {n_groups} (antithetic sign flips of the hard "
+            f"teacher coordinates); use e.g. paths = {paths - paths % n_groups + n_groups}."
+        )
+    for name, v in (("delta", delta), ("lr", lr)):
+        if not isinstance(v, jax.core.Tracer):
+            arr = np.asarray(v, dtype=float)
+            if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+                raise ProblemError(f"{name} must be finite and > 0 (got {arr}).")
+    for t in save_samples_at:
+        if not (0 <= int(t) <= steps):
+            raise ProblemError(f"save_samples_at contains {t}, outside 0..steps = 0..{steps}.")
+
+
+def _sign_patterns(k, hard):
+    """(G, k) sign multipliers: all ±1 patterns on the hard coordinates, ordered so that the
+    pattern axis reshapes to (2,)*h with axis i flipping hard[i]."""
+    h = len(hard)
+    pats = np.ones((2**h, k))
+    for idx, bits in enumerate(itertools.product([1.0, -1.0], repeat=h)):
+        for j, b in zip(hard, bits):
+            pats[idx, j] = b
+    return jnp.asarray(pats)
+
+
+def _group_mean(x, n_hard):
+    """Mean over paths laid out as (G, Nb, ...): sum the sign-flip axes one at a time (each a
+    single exact pairwise add, so antisymmetric terms cancel exactly), then average."""
+    G = x.shape[0]
+    x = x.reshape((2,) * n_hard + x.shape[1:])
+    for _ in range(n_hard):
+        x = x[0] + x[1]
+    return jnp.mean(x, axis=0) / G
+
+
+@eqx.filter_jit
+def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: tuple, save_at: tuple):
+    m, k = problem.m, problem.k
+    T = steps
+    n_hard = len(hard)
+    G = 2**n_hard
+    Nb = paths // G
+    dt = jnp.float64
+    delta = jnp.asarray(delta, dt)
+    eta = _lr_schedule(lr, steps)  # (T+1,)
+    lam = problem.ridge
+    lam_a = problem.ridge_second
+    st = problem.student
+    eta_a = eta * (st.second_layer_lr_scale if st.train_second_layer else 0.0)
+    eye = jnp.eye(m, dtype=dt)
+
+    # --- fixed randomness: teacher inputs, noise, labels (antithetic groups) -----------
+    kz, ke, kxi, kf = jax.random.split(key, 4)
+    zb = jax.random.normal(kz, (Nb, k), dt)
+    signs = _sign_patterns(k, hard)  # (G, k)
+    z = signs[:, None, :] * zb[None]  # (G, Nb, k)
+    epsb = problem.teacher.sample_noise(ke, (Nb,)).astype(dt)
+    eps = jnp.broadcast_to(epsb[None], (G,) + epsb.shape)
+    y = problem.teacher.labels(z, eps)  # (G, Nb)
+    zf = z.reshape(paths, k)
+    yf = y.reshape(paths)
+
+    def expand(noise_b):  # (Nb, m) -> (paths, m), shared across the antithetic group
+        return jnp.broadcast_to(noise_b[None], (G,) + noise_b.shape).reshape((paths,) + noise_b.shape[1:])
+
+    def gmean(x):  # exact-symmetric mean over paths of x (paths, ...)
+        return _group_mean(x.reshape((G, Nb) + x.shape[1:]), n_hard)
+
+    grad_r = jax.vmap(lambda yy, rr, aa: sample_grad(problem, yy, rr, aa), in_axes=(0, 0, None))
+    hess_r = jax.vmap(lambda yy, rr, aa: sample_hessian(problem, yy, rr, aa), in_axes=(0, 0, None))
+    grad_a = jax.vmap(lambda yy, rr, aa: sample_grad_a(problem, yy, rr, aa), in_axes=(0, 0, None))
+    loss_v = jax.vmap(problem.sample_loss, in_axes=(0, 0, None))
+
+    Tp = T + 1
+    tidx = jnp.arange(Tp)
+    zeros_k = jnp.zeros((Tp, Tp, m, m), dt)
+    init = dict(
+        C=zeros_k.at[0, 0].set(problem.init.q0.astype(dt)),
+        R=zeros_k.at[0, 0].set(eye),
+        Cg=zeros_k,
+        Gam=zeros_k,
+        L=zeros_k,
+        M=jnp.zeros((Tp, k, m), dt).at[0].set(problem.init.overlap.astype(dt)),
+        a=jnp.zeros((Tp,) + st.second_layer.shape, dt).at[0].set(st.second_layer.astype(dt)),
+        xi=jnp.zeros((paths, Tp, m), dt),
+        g=jnp.zeros((paths, Tp, m), dt),
+        Gh=jnp.zeros((paths, Tp, m, m), dt),
+        r=jnp.zeros((paths, Tp, m), dt),
+        train=jnp.zeros((Tp,), dt),
+        test=jnp.zeros((Tp,), dt),
+        failed=jnp.array(-1),
+        hard_zero=jnp.zeros((k,), bool).at[jnp.array(hard, dtype=int)].set(True) if hard else jnp.zeros((k,), bool),
+        min_schur=jnp.array(jnp.inf, dt),
+    )
+
+    def block_row_solve(L, c_row, t):
+        """Solve Σ_{s'≤s} L(t,s') L(s,s')ᵀ = C(t,s) for the row L(t, s<t) (block forward
+        substitution as one triangular solve on the padded (Tp·m)² factor)."""
+        mask = (tidx < t)[:, None, None, None] & (tidx < t)[None, :, None, None]
+        Lm = jnp.where(mask, L, 0.0) + jnp.where((tidx >= t)[:, None, None, None] & (tidx[:, None] == tidx[None, :])[..., None, None], eye, 0.0)
+        Lflat = Lm.transpose(0, 2, 1, 3).reshape(Tp * m, Tp * m)
+        rhs = jnp.where((tidx < t)[:, None, None], c_row.transpose(0, 2, 1), 0.0)  # rows C(t,s)ᵀ
+        sol = jax.scipy.linalg.solve_triangular(Lflat, rhs.reshape(Tp * m, m), lower=True)
+        row = sol.reshape(Tp, m, m).transpose(0, 2, 1)  # L(t, s)
+        return jnp.where((tidx < t)[:, None, None], row, 0.0)
+
+    def step(carry, t):
+        C, R, Cg, Gam, L = carry["C"], carry["R"], carry["Cg"], carry["Gam"], carry["L"]
+        M_t, a_t = carry["M"][t], carry["a"][t]
+
+        # ---- ω^t: extend the block-Cholesky factor of C_θ by row t -------------------
+        row = block_row_solve(L, C[t], t)
+        schur = C[t, t] - jnp.einsum("sij,skj->ik", row, row)
+        schur = 0.5 * (schur + schur.T)
+        ev, V = jnp.linalg.eigh(schur)
+        min_schur = jnp.minimum(carry["min_schur"], ev[0])
+        jitter = 1e-13 * (jnp.trace(C[t, t]) / m) + 1e-300
+        Ltt = jnp.linalg.cholesky((V * jnp.maximum(ev, 0.0)) @ V.T + jitter * eye)
+        row = row.at[t].set(Ltt)
+        L = L.at[t].set(row)
+        xi_t = expand(jax.random.normal(jax.random.fold_in(kxi, t), (Nb, m), dt))
+        xi = carry["xi"].at[:, t].set(xi_t)
+        omega = jnp.einsum("sij,nsj->ni", row, xi)
+
+        # ---- (1): field with the memory (reaction) term -----------------------------
+        Rmem = R[t, jnp.minimum(tidx + 1, T)]  # R_θ(t, s+1) for s = 0..T
+        wmem = jnp.where(tidx < t, eta / delta, 0.0)
+        mem = jnp.einsum("s,sij,nsj->ni", wmem, Rmem, carry["g"])
+        r_t = zf @ M_t + omega - mem
+        g_t = grad_r(yf, r_t, a_t)
+        G_t = hess_r(yf, r_t, a_t)
+        g_hist = carry["g"].at[:, t].set(g_t)
+        G_hist = carry["Gh"].at[:, t].set(G_t)
+
+        # ---- (6): Γ(t, s) by the reverse sweep over s' = t-1 .. 0 ------------------
+        Gam_row = _gamma_row(t, G_hist, R, eta, delta) / paths
+        Gam_row = jnp.where((tidx <= t)[:, None, None], Gam_row, 0.0)
+        Gam = Gam.at[t].set(Gam_row)
+
+        # ---- C_g(t, s) = E[g^t g^sᵀ], s ≤ t ---------------------------------------
+        Cg_row = jnp.where((tidx <= t)[:, None, None], jnp.einsum("ni,nsj->sij", g_t, g_hist) / paths, 0.0)
+        Cg = Cg.at[t].set(Cg_row).at[:, t].set(jnp.swapaxes(Cg_row, -1, -2))
+
+        # ---- observables at step t ---------------------------------------------------
+        train = jnp.mean(loss_v(yf, r_t, a_t))
+        xi_f = expand(jax.random.normal(jax.random.fold_in(kf, t), (Nb, m), dt))
+        ct = 0.5 * (C[t, t] + C[t, t].T)
+        evc, Vc = jnp.linalg.eigh(ct)
+        sq = Vc * jnp.sqrt(jnp.maximum(evc, 0.0))
+        r_fresh = zf @ M_t + xi_f @ sq.T
+        test = jnp.mean(loss_v(yf, r_fresh, a_t))
+
+        # ---- (4), (5): overlap and second layer ------------------------------------
+        Ezg = gmean(zf[:, :, None] * g_t[:, None, :])
+        # Exact symmetry: while the row M_j of a hard coordinate has been exactly 0 at every
+        # step so far, the law of the effective process is invariant under z_j -> -z_j, so
+        # E[z_j g] = 0 exactly. The antithetic estimator is zero only up to round-off (~1e-19,
+        # vectorized kernels are not bitwise identical across the pair), which the dynamics
+        # would amplify above threshold; we impose the exact value.
+        hard_zero = carry["hard_zero"] & jnp.all(M_t == 0.0, axis=1)
+        Ezg = jnp.where(hard_zero[:, None], 0.0, Ezg)
+        M_next = (1 - eta[t] * lam) * M_t - eta[t] * Ezg
+        a_next = (1 - eta_a[t] * lam_a) * a_t - eta_a[t] * jnp.mean(grad_a(yf, r_t, a_t), axis=0)
+
+        # ---- (2): R_θ(t+1, s), s ≤ t+1 ---------------------------------------------
+        lower = (tidx <= t)[:, None, None]
+        GR = jnp.einsum("pij,psjk->sik", jnp.where(lower, Gam_row, 0.0), jnp.where((tidx <= t)[:, None, None, None], R, 0.0))
+        R_next = jnp.where(lower, (1 - eta[t] * lam) * R[t] - eta[t] * GR, 0.0)
+        R_next = R_next.at[t + 1].set(eye, mode="drop")
+
+        # ---- (3): C_θ(t+1, t'), t' ≤ t+1 --------------------------------------------
+        # E[u^t θ^{t'ᵀ}] = −(1/δ) Σ_{s<t'} η_s C_g(t,s) R_θ(t', s+1)ᵀ, for all t' (R row t+1 new)
+        R_full = R.at[t + 1].set(R_next, mode="drop")
+        wsum = jnp.where(tidx <= t, eta / delta, 0.0)  # s ≤ t (s < t' ≤ t+1)
+        Rshift = R_full[:, jnp.minimum(tidx + 1, T)]  # [t', s] -> R(t', s+1)
+        valid_s = (tidx[None, :] < tidx[:, None])  # s < t'
+        EuT = -jnp.einsum("s,sij,tskj,ts->tik", wsum, Cg_row, Rshift, valid_s.astype(dt))
+        GC = jnp.einsum("sij,stjk->tik", jnp.where(lower, Gam_row, 0.0), jnp.where((tidx <= t)[:, None, None, None], C, 0.0))
+        C_next = (1 - eta[t] * lam) * C[t] - eta[t] * (EuT + GC)  # C(t+1, t') for t' ≤ t
+        C_next = jnp.where(lower, C_next, 0.0)
+        # C(t+1, t+1) from the just-computed column C(s, t+1) = C(t+1, s)ᵀ
+        col = jnp.swapaxes(C_next, -1, -2)  # C(t', t+1)
+        GCc = jnp.einsum("sij,sjk->ik", jnp.where(lower, Gam_row, 0.0), col)
+        Cdiag = (1 - eta[t] * lam) * col[t] - eta[t] * (EuT[jnp.minimum(t + 1, T)] + GCc)
+        Cdiag = 0.5 * (Cdiag + Cdiag.T)
+        C_next = C_next.at[t + 1].set(Cdiag, mode="drop")
+        C_new = C.at[t + 1].set(C_next, mode="drop")
+        C_new = C_new.at[:, t + 1].set(jnp.swapaxes(C_next, -1, -2), mode="drop")
+
+        finite = (
+            jnp.all(jnp.isfinite(Gam_row)) & jnp.all(jnp.isfinite(Cg_row)) & jnp.all(jnp.isfinite(C_next))
+            & jnp.all(jnp.isfinite(M_next)) & jnp.isfinite(train) & jnp.all(jnp.isfinite(a_next))
+        )
+        failed = jnp.where((carry["failed"] < 0) & ~finite, t, carry["failed"])
+        new = dict(
+            C=C_new,
+            R=R_full,
+            Cg=Cg,
+            Gam=Gam,
+            L=L,
+            M=carry["M"].at[t + 1].set(M_next, mode="drop"),
+            a=carry["a"].at[t + 1].set(a_next, mode="drop"),
+            xi=xi,
+            g=g_hist,
+            Gh=G_hist,
+            r=carry["r"].at[:, t].set(r_t),
+            train=carry["train"].at[t].set(train),
+            test=carry["test"].at[t].set(test),
+            failed=failed,
+            hard_zero=hard_zero,
+            min_schur=min_schur,
+        )
+        return new, None
+
+    out, _ = jax.lax.scan(step, init, jnp.arange(Tp))
+    Mh = out["M"]
+    gram = jnp.einsum("tki,tkj->tij", Mh, Mh) + out["C"][tidx, tidx]
+    samples = {
+        int(t): dict(z=zf, y=yf, eps=eps.reshape((paths,) + epsb.shape[1:]), r=out["r"][:, int(t)])
+        for t in save_at
+    }
+    return Trajectory(
+        train_error=out["train"],
+        test_error=out["test"],
+        overlap=Mh,
+        gram=gram,
+        second_layer=out["a"],
+        C_theta=out["C"],
+        R_theta=out["R"],
+        C_g=out["Cg"],
+        Gamma=out["Gam"],
+        samples=samples,
+        failed_step=out["failed"],
+        min_schur=out["min_schur"],
+    )
+
+
+def _gamma_row(t, G_hist, R, eta, delta, cache_bytes: int = 2**19):
+    """Σ_paths G^t P(t, s) for s = 0..T via the adjoint sweep (6).
+
+    Per path, ``B_t = G^t`` and ``B_{s'} = −(η_{s'}/δ) [Σ_{s''>s'} B_{s''} R_θ(s'', s'+1)] G^{s'}``
+    for ``s' = t−1..0``; ``B_s = G^t P(t,s)``. Paths are processed in cache-sized chunks
+    (zero-padded: a zero ``G`` contributes nothing) with ``B`` laid out as (chunk, i, s, j)
+    so each update is one GEMM.
+    """
+    paths, Tp, m, _ = G_hist.shape
+    cs = int(max(16, min(paths, cache_bytes // (Tp * m * m * 8))))
+    nch = -(-paths // cs)
+    pad = nch * cs - paths
+    Gp = jnp.concatenate([G_hist, jnp.zeros((pad,) + G_hist.shape[1:], G_hist.dtype)]) if pad else G_hist
+    Gc = Gp.reshape((nch, cs) + G_hist.shape[1:])
+
+    def chunk(G):
+        B0 = jnp.zeros((cs, m, Tp, m), G.dtype).at[:, :, t, :].set(G[:, t])
+
+        def back(i, B):
+            sp = t - 1 - i
+            acc = (B.reshape(cs * m, Tp * m) @ R[:, sp + 1].reshape(Tp * m, m)).reshape(cs, m, m)
+            Bsp = -(eta[sp] / delta) * jnp.einsum("nij,njk->nik", acc, G[:, sp])
+            return B.at[:, :, sp, :].set(Bsp)
+
+        return jax.lax.fori_loop(0, t, back, B0).sum(0)
+
+    S = jax.lax.map(chunk, Gc).sum(0)  # (m, Tp, m)
+    return S.transpose(1, 0, 2)
+
+
+def solve(
+    problem: Problem,
+    delta,
+    lr,
+    steps: int,
+    paths: int,
+    key,
+    *,
+    save_samples_at: tuple = (),
+    throw: bool = True,
+    check_inputs: bool = True,
+) -> Trajectory:
+    """Solve the discrete-time DMFT of full-batch GD for ``steps`` steps (THEORY §1).
+
+    ``delta = n/d`` and ``lr`` (scalar, or a schedule of shape ``(steps,)``) are traced, so
+    ``jax.vmap(lambda d: solve(problem, d, lr, steps, paths, key, throw=False))(deltas)``
+    sweeps δ with common random numbers and a single compilation (:func:`solve_sweep`
+    does this and checks the results). ``paths`` Monte Carlo paths (static) give errors
+    ``O(paths^-1/2)``. ``save_samples_at``: steps whose effective-process samples
+    ``(z, y, eps, r^t)`` are returned in ``.samples``. With ``throw=True`` (default)
+    non-finite kernels raise :class:`DMFTError` naming the first bad step.
+    """
+    hard = problem.teacher.hard_coordinates()
+    save_at = tuple(sorted(int(t) for t in save_samples_at))
+    _validate(problem, delta, lr, steps, paths, save_at, 2 ** len(hard))
+    if check_inputs:
+        check_finite_maps(problem)
+    # δ and lr as arrays: traced, so new values never recompile
+    delta_a, lr_a = jnp.asarray(delta, dtype=float), jnp.asarray(lr, dtype=float)
+    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at)
+    setting = dict(
+        delta=_maybe_float(delta), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
+        antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
+    )
+    traj = dataclasses.replace(traj, setting=setting)
+    if throw:
+        raise_if_failed(traj)
+    return traj
+
+
+def raise_if_failed(traj: Trajectory):
+    fs = np.asarray(traj.failed_step)
+    if fs.ndim == 0:
+        if fs >= 0:
+            raise DMFTError(
+                f"DMFT kernels became non-finite at step {int(fs)} (overflow or NaN in g, Γ, C_g or "
+                "C_θ): reduce lr, check the loss/activation growth, or shorten steps."
+            )
+    else:
+        bad = np.argwhere(fs >= 0)
+        if bad.size:
+            i = tuple(bad[0])
+            raise DMFTError(
+                f"DMFT kernels became non-finite for sweep point {i} at step {int(fs[i])}; "
+                "reduce lr or check the loss/activation growth."
+            )
+
+
+def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, save_samples_at=(), throw=True):
+    """δ sweep with common random numbers: one compilation, ``vmap`` over ``deltas``
+    (and over ``lr`` if it has the same leading length). Results have a leading δ axis."""
+    hard = problem.teacher.hard_coordinates()
+    deltas = jnp.asarray(deltas, dtype=float)
+    _validate(problem, deltas, lr, steps, paths, tuple(save_samples_at), 2 ** len(hard))
+    check_finite_maps(problem)
+    save_at = tuple(sorted(int(t) for t in save_samples_at))
+    lr_arr = jnp.asarray(lr, dtype=float)
+    # lr swept alongside δ when it has a leading axis of len(deltas) (scalar per point, or a
+    # (len(deltas), steps) schedule); a plain scalar or a (steps,) schedule is shared.
+    lr_axis = 0 if (lr_arr.ndim == 2 or (lr_arr.ndim == 1 and lr_arr.shape != (steps,))) else None
+    fn = jax.vmap(lambda d, e: _solve_core(problem, d, e, key, int(steps), int(paths), hard, save_at), in_axes=(0, lr_axis))
+    traj = fn(deltas, lr_arr)
+    setting = dict(deltas=np.asarray(deltas).tolist(), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
+                   antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
+                   common_random_numbers=True)
+    traj = dataclasses.replace(traj, setting=setting)
+    if throw:
+        raise_if_failed(traj)
+    return traj
+
+
+def _maybe_float(x):
+    if isinstance(x, jax.core.Tracer):
+        return None
+    a = np.asarray(x, dtype=float)
+    return float(a) if a.ndim == 0 else a.tolist()

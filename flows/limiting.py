@@ -1,0 +1,211 @@
+"""The limiting trajectory p(t) = lim_{δ→0} ψ(t + T_δ, δ w_0) (THEORY §5).
+
+Time shift along a KKT direction w* (radius r: ṙ = L N(w*) r^{L−1}):
+    L = 2:  T_δ = ln(1/δ) / (2 N(w*))
+    L > 2:  T_δ = 1 / (L (L−2) N(w*) δ^{L−2})
+For a generic start w_0 in the stable set of w* (shift='ncf', the default), the w_0-dependent
+part comes from the NCF flow u̇ = ∇N(u), u(0) = w_0:
+    L = 2:  T̃_δ = (ln(1/δ) − ln a) / (2N),   a = ⟨w_0, w*⟩   (exact: ⟨u(t), w*⟩ = a e^{2Nt})
+    L > 2:  T̃_δ = T*(w_0) / δ^{L−2},          T* = blow-up time of u (= 1/(L(L−2)N) at w_0 = w*)
+Both reduce to T_δ when w_0 = w*. p(t) is also built directly as ψ(t + T_ε, ε w*), ε ≪ min δ.
+Convergence: sup_t ‖ψ(t + T̃_δ, δw_0) − p(t)‖ ~ δ^κ; heuristic κ = Δ/(L N), L = 2 theorem bound
+Δ/(Δ + 8N).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .errors import FlowError
+from .flow import first_saddle, gradient_flow
+from .kkt import KKTPoint, kkt_from
+from .models import as_model, check_degree, require_theory
+from .ncf import make_ncf
+
+
+def time_shift(L: float, N: float, delta):
+    """T_δ = ln(1/δ)/(2N) (L = 2);  1/(L(L−2) N δ^{L−2}) (L > 2)."""
+    delta = np.asarray(delta, dtype=np.float64)
+    if abs(L - 2) < 1e-12:
+        return np.log(1.0 / delta) / (2.0 * N)
+    return 1.0 / (L * (L - 2.0) * N * delta ** (L - 2.0))
+
+
+def p_asymptote(L: float, N: float, t):
+    """‖p(t)‖ as t → −∞: e^{2Nt} (L = 2); (L(L−2)N(−t))^{−1/(L−2)} (L > 2)."""
+    t = np.asarray(t, dtype=np.float64)
+    if abs(L - 2) < 1e-12:
+        return np.exp(2 * N * t)
+    return (L * (L - 2.0) * N * (-t)) ** (-1.0 / (L - 2.0))
+
+
+@eqx.filter_jit
+def _ncf_blowup(model, loss, X, y, u0, like, L, t1, R, rtol):
+    _, unravel = ravel_pytree(like)
+    N = make_ncf(model, X, y, loss)
+    gN = jax.grad(lambda x: N(unravel(x)))
+    sol = dfx.diffeqsolve(dfx.ODETerm(lambda t, u, a: gN(u)), dfx.Tsit5(), 0.0, t1, None, u0,
+                          stepsize_controller=dfx.PIDController(rtol=rtol, atol=1e-14),
+                          event=dfx.Event(lambda t, u, a, **kw: jnp.linalg.norm(u) > R),
+                          max_steps=100_000, throw=False)
+    uR = sol.ys[-1]
+    r = jnp.linalg.norm(uR)
+    NR = N(unravel(uR / r))
+    # remaining time from radius r along the (aligned) direction: r^{−(L−2)} / (L(L−2)N)
+    return sol.ts[-1] + r ** (-(L - 2.0)) / (L * (L - 2.0) * NR), r, sol.stats["num_steps"]
+
+
+def ncf_blowup_time(model, params0, X, y, loss="square", L=None, R: float = 1e4, rtol=1e-11):
+    """T*(w_0): blow-up time of the NCF flow u̇ = ∇N(u), u(0) = w_0/‖w_0‖ (L > 2)."""
+    model = as_model(model)
+    X = jnp.asarray(X, dtype=jnp.float64)
+    L = check_degree(model, X) if L is None else L
+    flat, _ = ravel_pytree(params0)
+    flat = flat / jnp.linalg.norm(flat)
+    N0 = float(make_ncf(model, X, y, loss)(params0)) / float(np.linalg.norm(ravel_pytree(params0)[0])) ** L
+    scale = 1.0 / (L * (L - 2.0) * max(abs(N0), 1e-3))
+    T, r, ns = _ncf_blowup(model, loss, X, jnp.asarray(y, dtype=jnp.float64), flat, params0, float(L),
+                           jnp.asarray(1e4 * scale + 1e4), jnp.asarray(R), jnp.asarray(rtol))
+    if float(r) < R:
+        raise FlowError("params0: the NCF flow from this start did not blow up (it collapses to 0 or "
+                        "is too slow); choose a start in the stable set of a positive KKT point.")
+    return float(T)
+
+
+class LimitingResult(eqx.Module):
+    ts: Any                    # (T,) times relative to the shift
+    deltas: Any                # (K,)
+    paths: Any                 # pytree, leading axes (K, T): ψ(t + shift_k, δ_k w_0)
+    shifts: Any                # (K,) shifts used
+    shifts_formula: Any        # (K,) T_δ from the formula with N(w*)
+    degree: float              # measured L
+    kkt: KKTPoint              # KKT direction reached from w_0 (.value = N, .gap = Δ)
+    p: Any                     # pytree, leading axis T: p(t) = ψ(t + T_ε, ε w*)
+    eps: float
+    norms: Any                 # (K, T) ‖ψ‖
+    p_norm: Any                # (T,)
+    errors: Any                # (K,) sup_t ‖ψ_k − p‖
+    diffs: Any                 # (K−1,) sup_t ‖ψ_k − ψ_{k+1}‖
+    diffs_support: Any         # (K−1,) same, restricted to the support of w* (nonzero entries)
+    diffs_zero: Any            # (K−1,) same, restricted to the zero entries of w*
+    exponent_support: float    # slope of log diffs_support vs log δ  (≈ Δ/(LN) measured)
+    exponent_zero: float       # slope of log diffs_zero vs log δ     (≈ 1 measured)
+    exponent: float            # slope of log errors vs log δ
+    exponent_diffs: float      # slope of log diffs vs log δ
+    exponent_heuristic: float  # Δ / (L N)
+    exponent_bound: float      # Δ / (Δ + 8N) for L = 2 (theorem), nan for L > 2
+    n_steps: Any               # (K,) solver steps
+    saddle: Any                # SaddleResult for p (saddle=True) or None
+    setting: dict
+
+
+def _slope(deltas, errs):
+    d, e = np.asarray(deltas), np.asarray(errs)
+    ok = (e > 0) & np.isfinite(e)
+    if ok.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(d[ok]), np.log(e[ok]), 1)[0])
+
+
+def limiting_trajectory(model, params0, X, y, loss="square", deltas=(1e-2, 1e-3, 1e-4), ts=None,
+                        shift: str = "ncf", eps=None, rtol: float = 1e-10, solver=None,
+                        saddle: bool = False, saddle_horizon=None, experimental: bool = False,
+                        params_like=None, max_steps: int = 200_000) -> LimitingResult:
+    """Shifted trajectories ψ(t + T_δ, δ w_0) for each δ, their limit p(t), and the rate.
+
+    model: a flows model or a callable H(params, X) (then pass params_like). params0: the
+    initial direction w_0 (normalised here). shift: 'ncf' (T̃_δ, exact for generic w_0) or
+    'formula' (T_δ of THEORY §5 with N(w*); right for w_0 = w*, and for L = 2 up to a
+    δ-independent translation). ts: times relative to the shift (default
+    linspace(−3, 3, 61)/(L N)). saddle=True also runs p to its first saddle p(∞)."""
+    model = as_model(model, params_like)
+    require_theory(model, experimental, "limiting_trajectory")
+    if shift not in ("ncf", "formula"):
+        raise FlowError(f"shift={shift!r}: use 'ncf' or 'formula'.")
+    X = jnp.asarray(X, dtype=jnp.float64)
+    y = jnp.asarray(y, dtype=jnp.float64)
+    deltas = np.sort(np.asarray(deltas, dtype=np.float64))[::-1]
+    if np.any(deltas <= 0) or np.any(deltas >= 1):
+        raise FlowError(f"deltas={deltas}: initialisation scales must lie in (0, 1).")
+    L = check_degree(model, X, params=params0)
+    flat0, unravel = ravel_pytree(params0)
+    w0 = unravel(flat0 / jnp.linalg.norm(flat0))
+    kkt = kkt_from(model, w0, X, y, loss, degree=L)
+    N, Delta = kkt.value, kkt.gap
+    if not N > 1e-12:
+        raise FlowError(f"params0: the NCF flow from this start collapses to a KKT point with "
+                        f"N(u*) = {N:.3g} <= 0, so the weights never escape the origin; pick another "
+                        "params0 (e.g. one of flows.kkt_points(...)[0].direction).")
+    wstar, _ = ravel_pytree(kkt.direction)
+    T_formula = time_shift(L, N, deltas)
+    if shift == "formula":
+        shifts = T_formula
+    elif abs(L - 2) < 1e-12:
+        a = float(jnp.dot(flat0 / jnp.linalg.norm(flat0), wstar))
+        if a <= 1e-12:
+            raise FlowError(f"params0: ⟨w_0, w*⟩ = {a:.3g} <= 0; w_0 is not in the stable set of w*.")
+        shifts = T_formula - np.log(a) / (2 * N)
+    else:
+        Tstar = ncf_blowup_time(model, w0, X, y, loss, L=L)
+        shifts = Tstar / deltas ** (L - 2.0)
+    ts = np.linspace(-3.0, 3.0, 61) / (L * N) if ts is None else np.asarray(ts, dtype=np.float64)
+    if np.any(shifts + ts[0] < 0):
+        raise FlowError(f"ts[0]={ts[0]:.4g} is before the start of the flow for delta={deltas[0]:.3g} "
+                        f"(shift {shifts[0]:.4g}); use a later ts[0] or smaller deltas.")
+    paths, norms, steps = [], [], []
+    for d, s in zip(deltas, shifts):
+        fr = gradient_flow(model, w0, X, y, loss, t1=float(s + ts[-1]), ts=s + ts, delta=float(d),
+                           save="params", rtol=rtol, solver=solver, max_steps=max_steps,
+                           experimental=experimental)
+        if fr.code != "completed":
+            raise FlowError(f"delta={d:.3g}: flow did not complete ({fr.message}).")
+        paths.append(fr.params)
+        norms.append(fr.norm)
+        steps.append(fr.n_steps)
+    norms = np.asarray(norms)
+    if norms[-1].max() < 100 * deltas[-1] or norms[-1].max() < 1e-3:
+        raise FlowError(f"ts: the flow never escapes within the horizon (max ‖w‖ = {norms[-1].max():.3g} "
+                        f"at t ≤ shift + ts[-1] = {shifts[-1] + ts[-1]:.4g}); extend ts[-1].")
+    # ε: L = 2 → min δ/100; L > 2 → min δ/10 (the horizon ~ ε^{−(L−2)} costs accuracy:
+    # measured floor 3.6e-5 at ε = 1e-8, L = 3, rtol 1e-10)
+    if eps is None:
+        eps = float(deltas[-1] * (1e-2 if abs(L - 2) < 1e-12 else 1e-1))
+    Te = float(time_shift(L, N, eps))
+    fp = gradient_flow(model, kkt.direction, X, y, loss, t1=Te + ts[-1], ts=Te + ts, delta=eps,
+                       save="params", rtol=min(rtol, 1e-12), solver=solver, max_steps=max_steps,
+                       experimental=experimental)
+    P = jax.vmap(lambda w: ravel_pytree(w)[0])(fp.params)
+    flats = [jax.vmap(lambda w: ravel_pytree(w)[0])(pa) for pa in paths]
+    errors = np.array([float(jnp.max(jnp.linalg.norm(F - P, axis=1))) for F in flats])
+    diffs = np.array([float(jnp.max(jnp.linalg.norm(flats[k] - flats[k + 1], axis=1)))
+                      for k in range(len(flats) - 1)])
+    supp = jnp.asarray(ravel_pytree(jax.tree_util.tree_map(
+        lambda m: jnp.asarray(m, dtype=jnp.float64), kkt.nonzero))[0] > 0.5)
+    dsub = lambda k, m: float(jnp.max(jnp.linalg.norm(jnp.where(m, flats[k] - flats[k + 1], 0.0), axis=1)))
+    d_supp = np.array([dsub(k, supp) for k in range(len(flats) - 1)])
+    d_zero = np.array([dsub(k, ~supp) for k in range(len(flats) - 1)])
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *paths)
+    sres = None
+    if saddle:
+        hor = saddle_horizon if saddle_horizon is not None else 200.0 / (L * N)
+        zmask = jax.tree_util.tree_map(lambda m: ~np.asarray(m), kkt.nonzero)
+        sres = first_saddle(model, kkt.direction, X, y, loss, t1=Te + hor, delta=eps, rtol=rtol,
+                            experimental=experimental, mask=zmask)
+    return LimitingResult(
+        ts=ts, deltas=deltas, paths=stacked, shifts=np.asarray(shifts), shifts_formula=T_formula,
+        degree=L, kkt=kkt, p=fp.params, eps=eps, norms=norms, p_norm=fp.norm, errors=errors,
+        diffs=diffs, diffs_support=d_supp, diffs_zero=d_zero,
+        exponent_support=_slope(deltas[:-1], d_supp), exponent_zero=_slope(deltas[:-1], d_zero),
+        exponent=_slope(deltas, errors), exponent_diffs=_slope(deltas[:-1], diffs),
+        exponent_heuristic=float(Delta / (L * N)),
+        exponent_bound=float(Delta / (Delta + 8 * N)) if abs(L - 2) < 1e-12 else float("nan"),
+        n_steps=np.asarray(steps), saddle=sres,
+        setting=dict(loss=loss if isinstance(loss, str) else "user", shift=shift, rtol=rtol,
+                     solver=type(solver).__name__ if solver is not None else "Tsit5", n=int(X.shape[0]),
+                     d=int(X.shape[1]), n_params=int(flat0.shape[0]), N=N, Delta=Delta))

@@ -1,0 +1,199 @@
+"""The law of the per-sample Hessian blocks ``D`` (and of the hard coordinates ``ζ``).
+
+THEORY §0/§2: ``D(r, y; a) = ∇²_r ℓ(y, F(r; a)) ∈ R^{m×m}``; the bulk and outlier
+equations only need expectations over the joint law of ``(ζ, D)``. A :class:`BlockLaw`
+is a weighted sample of that law: Monte Carlo samples (equal weights, e.g. from
+``dmft.solve``'s effective process or the user's sampler) or quadrature nodes
+(``spectral.quadrature``). Every expectation ``E[f(ζ, D)]`` is ``Σ_i w_i f(ζ_i, D_i)``.
+
+Unbounded support (THEORY §2 "Unbounded weights"): ``unbounded`` records on which side
+(``"bottom"``, ``"top"``) the law of ``D`` has unbounded support. It cannot be read off a
+finite sample, so it is declared by the constructor (``law_from_problem`` and the
+quadrature constructors detect it with a tail test; users can override). Edges and
+outliers on an unbounded side need a convention (``"strict"`` or ``"finite-n"``);
+:func:`truncate` builds the finite-n law (``D`` truncated at its ``1 − 1/n`` quantile).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._errors import SpectralError, is_concrete
+
+SIDES = ("bottom", "top")
+
+
+class BlockLaw(eqx.Module):
+    """Weighted sample of ``(ζ, D)``: ``D`` (N, m, m) symmetric, ``weights`` (N,) summing to 1,
+    ``zeta`` (N, h) the coordinates of ``x`` along the ``h`` hard directions (or None).
+
+    ``unbounded``: tuple of sides on which the support of ``D``'s eigenvalues is unbounded.
+    ``source``: provenance string (e.g. "monte-carlo", "quadrature", "dmft t=40", "truncated n=8000").
+    """
+
+    D: jax.Array
+    weights: jax.Array
+    zeta: Optional[jax.Array]
+    unbounded: tuple = eqx.field(static=True, default=())
+    source: str = eqx.field(static=True, default="samples")
+
+    @property
+    def m(self) -> int:
+        return self.D.shape[-1]
+
+    @property
+    def size(self) -> int:
+        return self.D.shape[0]
+
+    def mean(self, f_values):
+        """``E[f] = Σ_i w_i f_i`` over the leading axis."""
+        return jnp.tensordot(self.weights, f_values, axes=(0, 0))
+
+
+def _validate(D, weights, zeta, unbounded):
+    if D.ndim == 1:
+        D = D[:, None, None]
+    if D.ndim != 3 or D.shape[1] != D.shape[2]:
+        raise SpectralError(f"D must have shape (N, m, m) (or (N,) for m = 1); got {D.shape}.")
+    N = D.shape[0]
+    if weights.shape != (N,):
+        raise SpectralError(f"weights must have shape (N,) = ({N},); got {weights.shape}.")
+    if zeta is not None:
+        if zeta.ndim == 1:
+            zeta = zeta[:, None]
+        if zeta.shape[0] != N:
+            raise SpectralError(f"zeta must have shape (N, h) with N = {N}; got {zeta.shape}.")
+    for s in unbounded:
+        if s not in SIDES:
+            raise SpectralError(f"unbounded must be a subset of {SIDES}; got {unbounded!r}.")
+    if is_concrete(D):
+        Dn = np.asarray(D)
+        if not np.all(np.isfinite(Dn)):
+            bad = int(np.sum(~np.all(np.isfinite(Dn.reshape(N, -1)), axis=1)))
+            raise SpectralError(
+                f"D contains NaN/inf in {bad} of {N} samples; remove those samples (e.g. "
+                "D[jnp.all(jnp.isfinite(D), axis=(1, 2))]) or fix the sampler/loss.")
+        asym = np.max(np.abs(Dn - np.swapaxes(Dn, 1, 2))) if N else 0.0
+        scale = max(1.0, float(np.max(np.abs(Dn)))) if N else 1.0
+        if asym > 1e-8 * scale:
+            raise SpectralError(
+                f"D is not symmetric (max |D - D^T| = {asym:.3g}); a Hessian block must be "
+                "symmetric: pass (D + D^T)/2 if the asymmetry is round-off, otherwise fix the sampler.")
+    if is_concrete(weights):
+        w = np.asarray(weights)
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or abs(w.sum() - 1) > 1e-8:
+            raise SpectralError("weights must be finite, >= 0 and sum to 1.")
+    if zeta is not None and is_concrete(zeta) and not np.all(np.isfinite(np.asarray(zeta))):
+        raise SpectralError("zeta contains NaN/inf; remove those samples or fix the sampler.")
+    return D, zeta
+
+
+def detect_unbounded(D, weights=None) -> tuple:
+    """Tail test for unbounded support of the extreme eigenvalues of ``D`` (concrete only).
+
+    For a bounded law the extreme of N samples has converged: the extreme of the whole
+    sample exceeds the extreme of a 1/16 subsample by a tiny fraction of the spread. For
+    exponential-type tails (e.g. ``−2y`` with ``y = z²``) it grows by ~log(16) tail scales.
+    Heuristic; declare ``unbounded`` explicitly when the law is known.
+    """
+    ev = np.linalg.eigvalsh(np.asarray(D))
+    lo, hi = ev[:, 0], ev[:, -1]
+    N = lo.size
+    if N < 256:
+        return ()
+    sub = slice(0, N // 16)
+    spread = np.quantile(hi, 0.75) - np.quantile(lo, 0.25) + 1e-300
+    out = []
+    # growth of the extreme relative to the inter-quantile spread
+    if (lo[sub].min() - lo.min()) > 0.25 * spread and (np.quantile(lo, 0.01) - lo.min()) > 1.0 * spread:
+        out.append("bottom")
+    if (hi.max() - hi[sub].max()) > 0.25 * spread and (hi.max() - np.quantile(hi, 0.99)) > 1.0 * spread:
+        out.append("top")
+    return tuple(out)
+
+
+def law_from_samples(D, zeta=None, weights=None, unbounded="auto", source="samples") -> BlockLaw:
+    """Law from samples ``D`` (N, m, m) (or (N,) for m = 1), optional hard coordinates
+    ``zeta`` (N,) or (N, h), optional weights (default 1/N). ``unbounded``: "auto" (tail test,
+    :func:`detect_unbounded`), or a tuple of sides, e.g. ``("bottom",)``, or ``()``."""
+    D = jnp.asarray(D, dtype=jnp.float64)
+    N = D.shape[0]
+    weights = jnp.full((N,), 1.0 / N) if weights is None else jnp.asarray(weights, dtype=jnp.float64)
+    zeta = None if zeta is None else jnp.asarray(zeta, dtype=jnp.float64)
+    if isinstance(unbounded, str):
+        if unbounded != "auto":
+            unbounded = (unbounded,)
+    D, zeta = _validate(D, weights, zeta, () if unbounded == "auto" else tuple(unbounded))
+    if unbounded == "auto":
+        unbounded = detect_unbounded(D) if is_concrete(D) else ()
+    return BlockLaw(D=D, weights=weights, zeta=zeta, unbounded=tuple(unbounded), source=source)
+
+
+def sample_blocks(problem, y, r, a):
+    """Per-sample Hessian blocks ``D_i = ∇²_r ℓ(y_i, F(r_i; a))`` by autodiff
+    (``dmft.sample_hessian`` vmapped): ``y`` (N,), ``r`` (N, m) -> (N, m, m)."""
+    import dmft
+
+    return jax.vmap(lambda yy, rr: dmft.sample_hessian(problem, yy, rr, a))(y, r)
+
+
+def law_from_problem(problem, y, r, a, zeta=None, unbounded="auto", source="problem") -> BlockLaw:
+    """Law of ``(ζ, D(r, y; a))`` from samples of ``(y, r)`` (DMFT effective process or
+    finite-d pre-activations ``r = Wᵀx``) and the problem's loss/readout, by autodiff."""
+    y = jnp.asarray(y, dtype=jnp.float64)
+    r = jnp.asarray(r, dtype=jnp.float64)
+    if r.ndim == 1:
+        r = r[:, None]
+    if r.shape[1] != problem.m:
+        raise SpectralError(f"r must have shape (N, m) with m = problem width {problem.m}; got {r.shape}.")
+    for name, v in (("y", y), ("r", r)):
+        if is_concrete(v) and not np.all(np.isfinite(np.asarray(v))):
+            raise SpectralError(f"{name} contains NaN/inf; remove those samples or fix the sampler.")
+    D = sample_blocks(problem, y, r, jnp.asarray(a, dtype=jnp.float64))
+    return law_from_samples(D, zeta=zeta, unbounded=unbounded, source=source)
+
+
+def law_from_dmft(problem, traj, t, hard=None, unbounded="auto") -> BlockLaw:
+    """Law of ``(ζ, D)`` at DMFT time ``t`` from ``traj = dmft.solve(..., save_samples_at=(t,))``:
+    ``traj.samples[t]`` with ``z`` (N, k), ``y`` (N,), ``r`` (N, m), second layer
+    ``traj.second_layer[t]``. ``hard``: teacher coordinates that are hard (default: the
+    teacher's even coordinates)."""
+    smp = traj.samples[t]
+    hard = problem.teacher.hard_coordinates() if hard is None else tuple(hard)
+    z = jnp.asarray(smp.z if hasattr(smp, "z") else smp["z"])
+    y = smp.y if hasattr(smp, "y") else smp["y"]
+    r = smp.r if hasattr(smp, "r") else smp["r"]
+    a = traj.second_layer[t]
+    zeta = z[:, list(hard)] if len(hard) else None
+    return law_from_problem(problem, y, r, a, zeta=zeta, unbounded=unbounded, source=f"dmft t={t}")
+
+
+def truncate(law: BlockLaw, n: int, side: str) -> BlockLaw:
+    """Finite-n convention (THEORY §2): the law of ``D`` truncated at its ``1 − 1/n``
+    quantile on ``side`` — samples whose extreme eigenvalue (smallest for "bottom",
+    largest for "top") lies beyond the ``1/n`` tail quantile are dropped and the weights
+    renormalized (conditioning on the bulk of n samples). Concrete arrays only."""
+    if side not in SIDES:
+        raise SpectralError(f"side must be 'bottom' or 'top'; got {side!r}.")
+    if n is None or not (n > 1):
+        raise SpectralError("convention='finite-n' needs the sample size n > 1 (pass n=delta*d).")
+    ev = np.linalg.eigvalsh(np.asarray(law.D))
+    e = ev[:, 0] if side == "bottom" else -ev[:, -1]
+    w = np.asarray(law.weights)
+    order = np.argsort(e)
+    cw = np.cumsum(w[order])
+    # weighted 1/n quantile of the extreme eigenvalue
+    q = e[order][min(np.searchsorted(cw, 1.0 / n), len(cw) - 1)]
+    keep = e >= q
+    wk = w * keep
+    wk = wk / wk.sum()
+    idx = np.nonzero(keep)[0]
+    return BlockLaw(D=law.D[idx], weights=jnp.asarray(wk[idx]),
+                    zeta=None if law.zeta is None else law.zeta[idx],
+                    unbounded=tuple(s for s in law.unbounded if s != side),
+                    source=f"{law.source}; truncated at 1-1/n quantile ({side}), n={n}")

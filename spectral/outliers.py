@@ -1,0 +1,168 @@
+"""Outliers along hard directions (THEORY §2) and the squared cosine of their eigenvector.
+
+With ``ζ ∈ R^h`` the coordinates of ``x`` along the hard directions, ``B = D (I + S D/δ)^{-1}``,
+the (h m)×(h m) symmetric matrix
+
+    A(λ)_{ab} = E[ ζ_a ζ_b B ] − λ δ_ab I                               (THEORY §2)
+
+is the limit of the Schur complement of the hard block of ``H − λ``; an outlier ``λ_0``
+outside the bulk solves ``det A(λ_0) = 0`` (equivalently ``det(I + S E[(ζ²−1) B]) = 0``
+since ``S^{-1} = E[B] − λ``), and
+
+    cos² = −1 / (bᵀ A'(λ_0) b),   b the unit null vector of A(λ_0).
+
+Derivation of the cosine formula (m × m, derived here). Split ``R^{dm} = (Θ_h ⊗ R^m) ⊕
+(Θ_h^⊥ ⊗ R^m)``. The hard block of the resolvent ``G(z) = (H − z)^{-1}`` is the inverse of
+the Schur complement: ``(Θ_hᵀ ⊗ I) G(z) (Θ_h ⊗ I) = A_d(z)^{-1} → A(z)^{-1}``. Near an
+isolated eigenvalue ``λ_0`` with unit eigenvector ``u``, ``G(z) = u uᵀ/(λ_0 − z) + O(1)``, so
+the hard block is ``c cᵀ/(λ_0 − z) + O(1)`` with ``c = (Θ_hᵀ ⊗ I) u``. On the other side,
+``A(z) = A(λ_0) + (z − λ_0) A'(λ_0) + …`` with ``A(λ_0) b = 0`` gives, by first-order
+perturbation of the null eigenvalue ``μ(z) = (z − λ_0) bᵀA'b``,
+``A(z)^{-1} = b bᵀ/((z − λ_0) bᵀ A' b) + O(1)``. Matching the residues,
+``c cᵀ = −b bᵀ/(bᵀA'b)``: the eigenvector's hard block is parallel to ``b`` and its squared
+norm — the overlap with the hard subspace summed over the m blocks — is
+``cos² = ‖c‖² = −1/(bᵀ A'(λ_0) b)``. ``A'`` includes ``S'(λ)``:
+
+    A'(λ)_{ab} = −δ_ab I − (1/δ) E[ζ_a ζ_b B S' B],  S' = (I − L)^{-1} vec(S²)
+
+(``dB = −(1/δ) B dS B``; differentiating ``S = F(S, λ)`` gives ``(I − L) S' = ∂_λF = S²``,
+``L`` the linearization of ``F``, see ``spectral.stieltjes``). Since ``S' ≻ 0`` outside the
+support, ``A' ≼ −I``: every eigenvalue of ``A`` decreases strictly in λ, so on each side
+the root is unique per eigenvalue branch and ``0 < cos² ≤ 1``.
+
+m = 1, D = T(y), h = 1 (Lu–Li / Mondelli–Montanari): with ``s = −δ/λ̃``, ``z = ψ(λ̃)``,
+``A = φ(λ̃) − ψ(λ̃)``, ``dA/dz = (φ' − ψ')/ψ'`` and ``cos² = ψ'/(ψ' − φ')``
+(checked numerically against ``spectral.spectral_method`` in the tests).
+
+Sides: "bottom" (negative curvature, λ_0 below the left edge: the smallest eigenvalue of
+``A`` crosses 0) and "top" (the largest eigenvalue of ``A`` crosses 0 above the right edge).
+The equation is scanned only outside the bulk (inside it, real-axis sign changes of
+``det A`` are artifacts).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
+from .law import BlockLaw
+from .stieltjes import (_check_delta, _far_point, _f, _real_point, _resolve_convention, _sym,
+                        _edge_core, blocks_B, linearization)
+
+
+def A_matrix(S, lam, law: BlockLaw, delta):
+    """``A(λ)_{ab} = E[ζ_a ζ_b D (I + S D/δ)^{-1}] − λ δ_ab I`` as an (h m)×(h m) matrix."""
+    m, h = law.m, law.zeta.shape[1]
+    B = blocks_B(S, law.D, delta)
+    A = jnp.einsum("n,na,nb,nij->aibj", law.weights, law.zeta, law.zeta, B).reshape(h * m, h * m)
+    return _sym(A) - lam * jnp.eye(h * m)
+
+
+def A_derivative(S, lam, law: BlockLaw, delta):
+    """``A'(λ) = −I − (1/δ) E[ζ_a ζ_b B S' B]`` with ``S' = (I − L)^{-1} vec(S²)``."""
+    m, h = law.m, law.zeta.shape[1]
+    L = linearization(S, law, delta)
+    Sp = jnp.linalg.solve(jnp.eye(m * m) - L, (S @ S).reshape(-1)).reshape(m, m)   # dS/dλ
+    B = blocks_B(S, law.D, delta)
+    BSB = jnp.einsum("nij,jk,nkl->nil", B, _sym(Sp), B)
+    Ap = -jnp.einsum("n,na,nb,nij->aibj", law.weights, law.zeta, law.zeta, BSB).reshape(h * m, h * m) / delta
+    return _sym(Ap) - jnp.eye(h * m), Sp
+
+
+class OutlierResult(eqx.Module):
+    """Outlier on ``side`` along the hard subspace. ``exists`` False ⇒ ``eigenvalue`` = nan,
+    ``cosine2`` = 0 and ``status`` NO_OUTLIER (or UNBOUNDED_SUPPORT under the strict
+    convention on an unbounded side). ``vector`` = b (hard block of the eigenvector,
+    length h m); ``margin`` = extreme eigenvalue of A at the edge (sign decides existence)."""
+
+    eigenvalue: jax.Array
+    cosine2: jax.Array
+    edge: jax.Array
+    exists: jax.Array
+    vector: jax.Array
+    margin: jax.Array
+    residual: jax.Array
+    iterations: jax.Array
+    status: jax.Array
+    side: str = eqx.field(static=True, default="bottom")
+    convention: str = eqx.field(static=True, default="strict")
+    setting: dict = eqx.field(static=True, default=None)
+
+
+def _ext_eig(A, side):
+    ev = jnp.linalg.eigvalsh(A)
+    return jnp.where(side == 0, ev[0], ev[-1])
+
+
+def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps):
+    edge, S_edge, rho, br, its_e, res_e, st_e = _edge_core(law, delta, side, tol, max_steps, damping,
+                                                           solver, bisections, substeps)
+    far, _ = _far_point(law, delta, side)
+    sgn = jnp.where(side == 0, 1.0, -1.0)          # sgn·μ(A) > 0 far outside, decreasing toward the edge
+    margin = _ext_eig(A_matrix(S_edge, edge, law, delta), side)
+    exists = (sgn * margin < 0) & (st_e == SUCCESS)
+    m = law.m
+    S_far0 = jnp.linalg.inv(jnp.tensordot(law.weights, law.D, axes=(0, 0)) - far * jnp.eye(m))
+    S_far, _, _, _, _ = _real_point(law, far, delta, S_far0, side, tol, max_steps, damping, solver)
+
+    # bisection on μ_ext(A(λ)) between far (sign +) and edge (sign −); the real S(λ) is
+    # warm-started from the bracket end nearest in λ (both ends are on the physical branch)
+    def body(carry, _):
+        a, b, Sa, Sb, it = carry                    # a: far side, b: edge side
+        mid = 0.5 * (a + b)
+        S0 = jnp.where(jnp.abs(mid - a) < jnp.abs(mid - b), Sa, Sb)
+        S, its, res, _, ok = _real_point(law, mid, delta, S0, side, tol, max_steps, damping, solver)
+        f = sgn * _ext_eig(A_matrix(S, mid, law, delta), side)
+        go_far = f > 0
+        a, Sa = jnp.where(go_far, mid, a), jnp.where(go_far, S, Sa)
+        b, Sb = jnp.where(go_far, b, mid), jnp.where(go_far, Sb, S)
+        return (a, b, Sa, Sb, it + its), None
+
+    (a, b, Sa, Sb, its), _ = jax.lax.scan(body, (far, edge, S_far, S_edge, its_e), None, length=bisections)
+    lam0 = 0.5 * (a + b)
+    S0, _, res, _, ok = _real_point(law, lam0, delta, Sa, side, tol, max_steps, damping, solver)
+    A = A_matrix(S0, lam0, law, delta)
+    ev, V = jnp.linalg.eigh(A)
+    bvec = jnp.where(side == 0, V[:, 0], V[:, -1])
+    Ap, _ = A_derivative(S0, lam0, law, delta)
+    cos2 = -1.0 / (bvec @ Ap @ bvec)               # residue of A(z)^{-1} at λ_0
+    status = jnp.where(st_e != SUCCESS, st_e, jnp.where(exists, SUCCESS, NO_OUTLIER))
+    return (jnp.where(exists, lam0, jnp.nan), jnp.where(exists, cos2, 0.0), edge, exists,
+            jnp.where(exists, bvec, jnp.nan), margin, res, its, status)
+
+
+_outlier_core_jit = eqx.filter_jit(_outlier_core)
+
+
+def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
+            damping=0.5, solver="newton", bisections=48, substeps=3, throw=True) -> OutlierResult:
+    """Outlier of the limiting Hessian spectrum along the hard subspace on ``side`` and the
+    squared cosine of its eigenvector with that subspace. ``law.zeta`` must hold the hard
+    coordinates. No outlier is a valid answer (``exists=False``, status NO_OUTLIER), not an
+    error; ``throw`` only raises on failures (edge not found, non-convergence)."""
+    if law.zeta is None:
+        raise SpectralError("outlier needs the hard coordinates: build the law with zeta=... (the "
+                            "coordinates of x along the hard directions, e.g. z[:, hard]).")
+    _check_delta(delta)
+    law_used, conv = _resolve_convention(law, side, convention, n, "outlier")
+    s = 0 if side == "bottom" else 1
+    hm = law.zeta.shape[1] * law.m
+    setting = dict(law=law_used.source, m=law.m, hard_dims=int(law.zeta.shape[1]), samples=law_used.size,
+                   delta=_f(delta), side=side, solver=solver, convention=conv)
+    if conv == "strict-unbounded":
+        setting["note"] = ("support unbounded on this side: in the strict limit there is no edge and no "
+                           "outlier (use convention='finite-n' for the truncated law)")
+        return OutlierResult(eigenvalue=jnp.asarray(jnp.nan), cosine2=jnp.asarray(0.0),
+                             edge=jnp.asarray(-jnp.inf if s == 0 else jnp.inf), exists=jnp.asarray(False),
+                             vector=jnp.full((hm,), jnp.nan), margin=jnp.asarray(jnp.nan),
+                             residual=jnp.asarray(jnp.nan), iterations=jnp.asarray(0),
+                             status=jnp.asarray(UNBOUNDED_SUPPORT), side=side, convention="strict",
+                             setting=setting)
+    out = _outlier_core_jit(law_used, jnp.asarray(delta, float), s, tol, max_steps, damping, solver,
+                            bisections, substeps)
+    res = OutlierResult(*out, side=side, convention=conv, setting=setting)
+    check_status(res.status, f"outlier(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))
+    return res

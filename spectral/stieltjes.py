@@ -1,0 +1,373 @@
+"""Bulk of the limiting Hessian spectrum: the block Stieltjes equation (THEORY §2).
+
+    S(λ) = ( E[ D (I + S D/δ)^{-1} ] − λ I )^{-1}                      (THEORY §2, "Bulk")
+
+``S(λ) = lim (1/d) Σ_a [(H − λ)^{-1}]_{aa} ∈ C^{m×m}`` for ``H = (1/n) Σ x_i x_iᵀ ⊗ D_i``;
+density ``ρ(λ) = −(1/π) Im tr S(λ + i0) / m``.
+
+Notation used in the code (all from the equation above):
+    K_i = (I + S D_i/δ)^{-1},   B_i = D_i K_i  (symmetric when S, D_i are),
+    F(S) = (E[B] − λ I)^{-1}    (the fixed-point map),
+    dF(S)[X] = (1/δ) S E[B X B] S   (its derivative; L = matrix of dF on vec X).
+Newton on ``G(S) = S − F(S)`` uses ``(I − L) vec ΔS = vec G``; the physical branch is the
+attracting one: ``ρ(L) < 1`` (``dF`` is a positive map), with ``Im S > 0`` above the axis,
+``S`` positive (negative) definite below (above) the support. The bulk edge is where the
+real branch folds: ``ρ(L) → 1``.
+
+Solvers (``solver=``): "newton" (Newton with damped-iteration fallback, default) or
+"damped" (damped fixed-point iteration only). Complex ``λ + iε``: continuation in ``ε``
+from far above the axis down to ``ε``. Real axis: continuation in ``λ`` from far outside
+the support. Every result carries iterations, residual, status.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._errors import (MAX_ITERS, NO_EDGE, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT, WRONG_BRANCH,
+                      SpectralError, check_status, is_concrete)
+from .law import SIDES, BlockLaw, truncate
+
+# ------------------------------------------------------------------------------------
+# the map F and its derivative
+# ------------------------------------------------------------------------------------
+
+
+def _sym(S):
+    return 0.5 * (S + S.T)
+
+
+def blocks_B(S, D, delta):
+    """``B_i = D_i (I + S D_i/δ)^{-1}`` for all samples (N, m, m)."""
+    m = D.shape[-1]
+    M = jnp.eye(m, dtype=S.dtype)[None] + jnp.einsum("ij,njk->nik", S, D) / delta  # I + S D/δ
+    # X M = D  <=>  Mᵀ Xᵀ = Dᵀ = D
+    return jnp.swapaxes(jnp.linalg.solve(jnp.swapaxes(M, 1, 2), D.astype(S.dtype)), 1, 2)
+
+
+def fixed_point_map(S, lam, law: BlockLaw, delta):
+    """``F(S) = (E[D (I + S D/δ)^{-1}] − λ I)^{-1}``."""
+    m = law.m
+    EB = jnp.tensordot(law.weights, blocks_B(S, law.D, delta), axes=(0, 0))
+    return _sym(jnp.linalg.inv(EB - lam * jnp.eye(m, dtype=S.dtype)))
+
+
+def linearization(S, law: BlockLaw, delta):
+    """Matrix ``L`` (m², m²) of ``X ↦ (1/δ) S E[B X B] S`` on row-major ``vec X``."""
+    m = law.m
+    B = blocks_B(S, law.D, delta)
+    K = jnp.einsum("n,nik,nlj->ijkl", law.weights.astype(B.dtype), B, B).reshape(m * m, m * m)
+    P = jnp.einsum("ik,lj->ijkl", S, S).reshape(m * m, m * m)
+    return (P @ K) / delta
+
+
+def _spectral_radius(L):
+    return jnp.max(jnp.abs(jnp.linalg.eigvals(L)))
+
+
+def _rel_res(S, F):
+    return jnp.linalg.norm(S - F) / jnp.maximum(jnp.linalg.norm(S), 1e-300)
+
+
+# ------------------------------------------------------------------------------------
+# one solve (Newton with damped fallback) at a fixed λ (real or complex)
+# ------------------------------------------------------------------------------------
+
+
+def _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, branch_ok):
+    """Iterate from S0 until the relative residual ``‖S − F(S)‖/‖S‖ < tol``.
+    Returns (S, iterations, residual)."""
+    m = law.m
+    I2 = jnp.eye(m * m, dtype=S0.dtype)
+
+    def res_of(S):
+        return _rel_res(S, fixed_point_map(S, lam, law, delta))
+
+    def cond(st):
+        S, it, res = st
+        return (res > tol) & (it < max_steps) & jnp.isfinite(res)
+
+    def body(st):
+        S, it, res = st
+        F = fixed_point_map(S, lam, law, delta)
+        S_D = _sym((1.0 - damping) * S + damping * F)           # damped fixed-point step
+        res_D = res_of(S_D)
+        if solver == "newton":
+            L = linearization(S, law, delta)                      # dF/dS
+            dS = jnp.linalg.solve(I2 - L, (S - F).reshape(-1))   # (I − L) vec ΔS = vec(S − F)
+            S_N = _sym(S - dS.reshape(m, m))
+            res_N = res_of(S_N)
+            take_N = jnp.isfinite(res_N) & (res_N < jnp.minimum(res, res_D)) & branch_ok(S_N)
+            S_new = jnp.where(take_N, S_N, S_D)
+            res_new = jnp.where(take_N, res_N, res_D)
+        else:
+            S_new, res_new = S_D, res_D
+        return S_new, it + 1, res_new
+
+    st = (S0, jnp.asarray(0), res_of(S0))
+    return jax.lax.while_loop(cond, body, st)
+
+
+# ------------------------------------------------------------------------------------
+# complex λ + iε : density
+# ------------------------------------------------------------------------------------
+
+
+class StieltjesResult(eqx.Module):
+    """Solution of the block Stieltjes equation at ``z = λ + iε`` (arrays broadcast over the
+    λ/δ grid). ``density = −Im tr S / (π m)``. ``status``: 0 = converged on the physical
+    branch (see ``spectral.message``). ``setting`` records law source and solver."""
+
+    S: jax.Array
+    lam: jax.Array
+    eps: jax.Array
+    delta: jax.Array
+    density: jax.Array
+    iterations: jax.Array
+    residual: jax.Array
+    converged: jax.Array
+    status: jax.Array
+    setting: dict = eqx.field(static=True, default=None)
+
+
+def _im_psd(S, tol=1e-12):
+    ImS = jnp.imag(_sym(S))
+    return jnp.linalg.eigvalsh(ImS)[0] >= -tol * (1.0 + jnp.max(jnp.abs(ImS)))
+
+
+def _stieltjes_one(law, lam, delta, eps, tol, max_steps, damping, solver, stages, spread):
+    m = law.m
+    scale = spread * (1.0 + 1.0 / jnp.sqrt(delta)) ** 2 + jnp.abs(lam) + 1.0
+    eps_big = jnp.maximum(eps, 4.0 * scale)
+    ratio = (eps_big / eps) ** (1.0 / max(stages - 1, 1))
+    EB0 = jnp.tensordot(law.weights, law.D, axes=(0, 0))
+    z0 = lam + 1j * eps_big
+    S0 = jnp.linalg.inv(EB0 - z0 * jnp.eye(m))                   # S ≈ (E[D] − z)^{-1} for |z| large
+
+    def stage(carry, j):
+        S, it_tot = carry
+        e = eps_big / ratio**j                                   # continuation ε_j → ε
+        z = lam + 1j * e
+        tol_j = jnp.where(j == stages - 1, tol, jnp.maximum(tol, 1e-8))
+        S, it, res = _solve_at(law, z, delta, S, tol_j, max_steps, damping, solver, _im_psd)
+        return (S, it_tot + it), res
+
+    (S, its), ress = jax.lax.scan(stage, (S0.astype(jnp.complex128), jnp.asarray(0)),
+                                  jnp.arange(stages))
+    res = ress[-1]
+    conv = res <= tol
+    branch = _im_psd(S)
+    finite = jnp.all(jnp.isfinite(S))
+    status = jnp.where(~finite, NONFINITE, jnp.where(~conv, MAX_ITERS,
+                                                     jnp.where(~branch, WRONG_BRANCH, SUCCESS)))
+    # S = ∫ μ(dx)/(x − z) has Im S > 0 for Im z > 0, so the density is +Im tr S/(π m)
+    # (THEORY writes −(1/π) Im tr S; that sign belongs to the opposite convention s = ∫ μ/(z − x)).
+    dens = jnp.imag(jnp.trace(S)) / (jnp.pi * m)
+    return S, dens, its, res, conv & branch & finite, status
+
+
+def _check_delta(delta):
+    if is_concrete(delta):
+        dn = np.asarray(delta)
+        if not np.all(np.isfinite(dn)) or np.any(dn <= 0):
+            raise SpectralError(f"delta (= n/d) must be finite and > 0; got {dn}. Pass the sample "
+                                "ratio delta = n/d > 0.")
+
+
+def stieltjes(law: BlockLaw, lam, delta, eps=1e-3, *, tol=1e-10, max_steps=100, damping=0.5,
+              solver="newton", stages=8, throw=True) -> StieltjesResult:
+    """Solve ``S = (E[D (I + S D/δ)^{-1}] − z I)^{-1}`` at ``z = λ + iε`` for every ``λ`` (and
+    ``δ``) of the broadcast grid, by one vmapped, jitted solve (continuation in ``ε``;
+    Newton with damped fallback). ``throw=True`` raises :class:`SpectralError` if any point
+    fails; ``throw=False`` returns the status per point.
+
+    Sign convention: ``S`` here is ``(E[·] − z)^{-1}`` as in THEORY, which has ``Im S > 0``
+    for ``Im z > 0`` (the resolvent of ``H − z``), and the density is ``Im tr S/(π m)``.
+    """
+    if solver not in ("newton", "damped"):
+        raise SpectralError(f"solver must be 'newton' or 'damped'; got {solver!r}.")
+    _check_delta(delta)
+    if is_concrete(eps) and np.any(np.asarray(eps) <= 0):
+        raise SpectralError("eps (distance from the real axis) must be > 0; use bulk_edge for the real axis.")
+    lam_b, delta_b, eps_b = jnp.broadcast_arrays(jnp.asarray(lam, float), jnp.asarray(delta, float),
+                                                 jnp.asarray(eps, float))
+    shape = lam_b.shape
+    S, dens, its, res, conv, status = _stieltjes_grid(law, lam_b.ravel(), delta_b.ravel(), eps_b.ravel(),
+                                                      tol, max_steps, damping, solver, stages)
+    out = StieltjesResult(S=S.reshape(shape + S.shape[1:]), lam=lam_b, eps=eps_b, delta=delta_b,
+                          density=dens.reshape(shape), iterations=its.reshape(shape),
+                          residual=res.reshape(shape), converged=conv.reshape(shape),
+                          status=status.reshape(shape),
+                          setting=dict(law=law.source, m=law.m, samples=law.size, solver=solver,
+                                       tol=tol, stages=stages, damping=damping))
+    check_status(out.status, "stieltjes", throw)
+    return out
+
+
+@eqx.filter_jit
+def _stieltjes_grid(law, lam, delta, eps, tol, max_steps, damping, solver, stages):
+    ev = jnp.linalg.eigvalsh(law.D)
+    spread = jnp.max(ev) - jnp.min(ev)
+    f = lambda l, d, e: _stieltjes_one(law, l, d, e, tol, max_steps, damping, solver, stages, spread)
+    return jax.vmap(f)(lam, delta, eps)
+
+
+def density(law: BlockLaw, lam, delta, eps=1e-3, **kw):
+    """Bulk density ``−(1/π) Im tr S(λ + iε)/m`` (see :func:`stieltjes`)."""
+    return stieltjes(law, lam, delta, eps, **kw).density
+
+
+# ------------------------------------------------------------------------------------
+# real axis outside the support: S(λ) and the edges
+# ------------------------------------------------------------------------------------
+
+
+def _definite(S, side):
+    ev = jnp.linalg.eigvalsh(_sym(S))
+    return jnp.where(side == 0, ev[0] > 0, ev[-1] < 0)
+
+
+def _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver):
+    """Real solve at λ outside the support from S0; ok = converged ∧ definite ∧ ρ(L) < 1."""
+    ok_branch = lambda S: _definite(S, side)
+    S, it, res = _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, ok_branch)
+    rho = _spectral_radius(linearization(S, law, delta))
+    ok = (res <= tol) & _definite(S, side) & (rho < 1.0) & jnp.all(jnp.isfinite(S))
+    return S, it, res, rho, ok
+
+
+def _far_point(law, delta, side):
+    """A λ far outside the support on ``side`` (0 bottom, 1 top) and a point inside its hull."""
+    ev = jnp.linalg.eigvalsh(law.D)
+    c_lo, c_hi = jnp.min(ev), jnp.max(ev)
+    f = (1.0 + 1.0 / jnp.sqrt(delta)) ** 2
+    span = (c_hi - c_lo) * f + 1.0
+    lo_bound = jnp.minimum(c_lo, 0.0) * f                      # spectrum of H ≥ min(c_lo,0)(1+δ^{-1/2})²
+    hi_bound = jnp.maximum(c_hi, 0.0) * f
+    far = jnp.where(side == 0, lo_bound - span, hi_bound + span)
+    inside = jnp.tensordot(law.weights, jnp.trace(law.D, axis1=1, axis2=2), axes=(0, 0)) / law.m  # spectral mean
+    return far, inside
+
+
+def real_stieltjes_path(law, delta, side, lam_target, S_far, lam_far, substeps, tol, max_steps,
+                        damping, solver):
+    """Continuation in λ from (lam_far, S_far) to lam_target in ``substeps`` steps."""
+    def step(carry, s):
+        S, it_tot, ok_all = carry
+        l = lam_far + (lam_target - lam_far) * (s + 1) / substeps
+        S, it, res, rho, ok = _real_point(law, l, delta, S, side, tol, max_steps, damping, solver)
+        return (S, it_tot + it, ok_all & ok), (res, rho)
+
+    (S, its, ok), (res, rho) = jax.lax.scan(step, (S_far, jnp.asarray(0), jnp.asarray(True)),
+                                            jnp.arange(substeps))
+    return S, its, res[-1], rho[-1], ok
+
+
+class EdgeResult(eqx.Module):
+    """Bulk edge on ``side``: ``edge`` (±inf under the strict convention where the support
+    is unbounded), ``S`` (real, at the last point outside the support), ``rho`` = spectral
+    radius of dF/dS there (→ 1 at the fold), ``bracket`` = width of the final bracket."""
+
+    edge: jax.Array
+    S: jax.Array
+    rho: jax.Array
+    bracket: jax.Array
+    iterations: jax.Array
+    residual: jax.Array
+    status: jax.Array
+    side: str = eqx.field(static=True, default="bottom")
+    convention: str = eqx.field(static=True, default="strict")
+    setting: dict = eqx.field(static=True, default=None)
+
+    @property
+    def converged(self):
+        return self.status == SUCCESS
+
+
+def _edge_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps):
+    far, inside = _far_point(law, delta, side)
+    m = law.m
+    EB0 = jnp.tensordot(law.weights, law.D, axes=(0, 0))
+    S_far0 = jnp.linalg.inv(EB0 - far * jnp.eye(m))
+    S_far, it0, res0, rho0, ok0 = _real_point(law, far, delta, S_far0, side, tol, max_steps, damping, solver)
+
+    def body(carry, _):
+        good, bad, S_good, it_tot = carry
+        mid = 0.5 * (good + bad)
+        S, its, res, rho, ok = real_stieltjes_path(law, delta, side, mid, S_good, good, substeps, tol,
+                                                   max_steps, damping, solver)
+        good = jnp.where(ok, mid, good)
+        bad = jnp.where(ok, bad, mid)
+        S_good = jnp.where(ok, S, S_good)
+        return (good, bad, S_good, it_tot + its), None
+
+    (good, bad, S_good, its), _ = jax.lax.scan(body, (far, inside, S_far, it0), None, length=bisections)
+    res = _rel_res(S_good, fixed_point_map(S_good, good, law, delta))
+    rho = _spectral_radius(linearization(S_good, law, delta))
+    # the inside point must really be inside: if the branch never failed the search is void
+    moved = jnp.abs(good - far) > 0
+    status = jnp.where(~ok0 | ~moved, NO_EDGE, SUCCESS)
+    return good, S_good, rho, jnp.abs(bad - good), its, res, status
+
+
+_edge_core_jit = eqx.filter_jit(_edge_core)
+
+
+def _resolve_convention(law, side, convention, n, what):
+    if side not in SIDES:
+        raise SpectralError(f"side must be 'bottom' or 'top'; got {side!r}.")
+    if convention not in (None, "strict", "finite-n"):
+        raise SpectralError(f"convention must be None, 'strict' or 'finite-n'; got {convention!r}.")
+    if convention == "finite-n":
+        if n is None:
+            raise SpectralError("convention='finite-n' needs n (the number of samples, n = delta*d).")
+        return truncate(law, n, side), "finite-n"
+    if side in law.unbounded:
+        if convention is None:
+            raise SpectralError(
+                f"{what}: the support of D is unbounded on side={side!r} (law.unbounded = "
+                f"{law.unbounded}), so the limiting spectrum has no {side} edge. Pass "
+                "convention='strict' (result: no edge, no outlier) or convention='finite-n' with "
+                "n=delta*d (law truncated at its 1-1/n quantile).")
+        return law, "strict-unbounded"
+    return law, "strict"
+
+
+def bulk_edge(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12,
+              max_steps=60, damping=0.5, solver="newton", bisections=48, substeps=3,
+              throw=True) -> EdgeResult:
+    """Edge of the bulk on ``side`` ("bottom": left edge, "top": right edge).
+
+    Bisection on λ between a point far outside the support and the spectral mean, with the
+    predicate "the real solution continued from outside exists on the physical branch"
+    (converged, ``S`` definite, ``ρ(dF/dS) < 1``). ``convention``: None (error if the side is
+    unbounded), "strict" (edge = ∓inf on an unbounded side, status UNBOUNDED_SUPPORT),
+    "finite-n" (law truncated at its 1 − 1/n quantile, :func:`spectral.truncate`).
+    """
+    _check_delta(delta)
+    law_used, conv = _resolve_convention(law, side, convention, n, "bulk_edge")
+    s = 0 if side == "bottom" else 1
+    setting = dict(law=law_used.source, m=law.m, samples=law_used.size, delta=_f(delta), side=side,
+                   solver=solver, convention=conv)
+    if conv == "strict-unbounded":
+        m = law.m
+        return EdgeResult(edge=jnp.asarray(-jnp.inf if s == 0 else jnp.inf), S=jnp.zeros((m, m)),
+                          rho=jnp.asarray(jnp.nan), bracket=jnp.asarray(0.0), iterations=jnp.asarray(0),
+                          residual=jnp.asarray(jnp.nan), status=jnp.asarray(UNBOUNDED_SUPPORT),
+                          side=side, convention="strict", setting=setting)
+    edge, S, rho, br, its, res, status = _edge_core_jit(law_used, jnp.asarray(delta, float), s, tol,
+                                                        max_steps, damping, solver, bisections, substeps)
+    out = EdgeResult(edge=edge, S=S, rho=rho, bracket=br, iterations=its, residual=res, status=status,
+                     side=side, convention=conv, setting=setting)
+    check_status(out.status, f"bulk_edge(side={side!r})", throw)
+    return out
+
+
+def _f(x):
+    try:
+        return float(x)
+    except Exception:
+        return None
