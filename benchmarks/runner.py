@@ -1,0 +1,164 @@
+"""Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
+
+Each ``benchmarks/bench_<name>.py`` exposes ``NAME`` and ``run(quick, outdir) -> dict`` with
+keys ``setting``, ``accuracy`` (rows: quantity, theory, simulation, sim_stderr, d, seeds,
+tolerance, agree), ``performance`` (rows: what, value, unit, ratio, note) and ``figure``.
+The runner adds provenance (versions, device, date, mode, wall time), writes
+``<outdir>/<NAME>.json`` and regenerates ``benchmarks/RESULTS.md`` from every JSON under
+``benchmarks/results`` (numbers are generated from the JSON files, never typed).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import pathlib
+import platform
+import sys
+import time
+import traceback
+
+HERE = pathlib.Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def discover() -> list[str]:
+    return sorted(p.stem[len("bench_"):] for p in HERE.glob("bench_*.py"))
+
+
+def provenance(mode: str) -> dict:
+    import jax
+
+    devs = jax.devices()
+    return dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        mode=mode,
+        python=platform.python_version(),
+        jax=jax.__version__,
+        platform=devs[0].platform,
+        device=str(devs[0].device_kind),
+        device_count=len(devs),
+        machine=platform.machine(),
+        cpu_count=__import__("os").cpu_count(),
+    )
+
+
+def _jsonable(x):
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.generic,)):
+        return x.item()
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):
+        return x.tolist()
+    return x
+
+
+def run(names=None, quick=True, outdir: pathlib.Path | None = None, regenerate=True) -> dict:
+    outdir = pathlib.Path(outdir) if outdir else RESULTS
+    outdir.mkdir(parents=True, exist_ok=True)
+    names = names or discover()
+    mode = "quick" if quick else "full"
+    done = {}
+    for name in names:
+        mod = importlib.import_module(f"benchmarks.bench_{name}")
+        print(f"== benchmark {name} ({mode})", flush=True)
+        t0 = time.perf_counter()
+        try:
+            res = mod.run(quick, outdir)
+            status = "ok"
+        except Exception as exc:  # a failing benchmark is recorded, not hidden
+            traceback.print_exc()
+            res = dict(error=f"{type(exc).__name__}: {exc}", accuracy=[], performance=[])
+            status = "error"
+        res = _jsonable(res)
+        res.update(name=getattr(mod, "NAME", name), status=status, wall_s=round(time.perf_counter() - t0, 2),
+                   provenance=provenance(mode))
+        (outdir / f"{res['name']}.json").write_text(json.dumps(res, indent=1))
+        done[res["name"]] = res
+        print(f"   {status} in {res['wall_s']} s -> {outdir / (res['name'] + '.json')}", flush=True)
+    if regenerate:
+        write_results_md()
+    return done
+
+
+def _fmt(v, nd=4):
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        if abs(v) >= 1e4 or (abs(v) < 1e-3 and v != 0):
+            return f"{v:.3g}"
+        return f"{v:.{nd}g}"
+    return str(v)
+
+
+def write_results_md(path: pathlib.Path | None = None):
+    path = path or (HERE / "RESULTS.md")
+    files = sorted(RESULTS.glob("*.json")) + sorted(RESULTS.glob("gpu/*.json"))
+    acc_lines = ["| benchmark | quantity | theory | simulation ± s.e. | d | seeds | tolerance | agree |",
+                 "|---|---|---|---|---|---|---|---|"]
+    perf_lines = ["| benchmark | what | value | unit | ratio | note |", "|---|---|---|---|---|---|"]
+    runs = ["| benchmark | file | mode | device | jax | date | status | wall (s) |", "|---|---|---|---|---|---|---|---|"]
+    for f in files:
+        try:
+            res = json.loads(f.read_text())
+        except Exception:
+            continue
+        if "provenance" not in res:
+            continue
+        name = res.get("name", f.stem)
+        rel = f.relative_to(RESULTS).as_posix()
+        pv = res["provenance"]
+        runs.append(f"| {name} | {rel} | {pv.get('mode')} | {pv.get('platform')}:{pv.get('device')} | {pv.get('jax')} | "
+                    f"{pv.get('date')} | {res.get('status')} | {res.get('wall_s')} |")
+        tag = f"{name} ({pv.get('platform')})"
+        for row in res.get("accuracy", []):
+            se = row.get("sim_stderr")
+            sim = _fmt(row.get("simulation")) + (f" ± {_fmt(se, 2)}" if se is not None else "")
+            acc_lines.append(f"| {tag} | {row.get('quantity')} | {_fmt(row.get('theory'))} | {sim} | {_fmt(row.get('d'))} | "
+                             f"{_fmt(row.get('seeds'))} | {_fmt(row.get('tolerance'), 3)} | {_fmt(row.get('agree'))} |")
+        for row in res.get("performance", []):
+            perf_lines.append(f"| {tag} | {row.get('what')} | {_fmt(row.get('value'))} | {row.get('unit', '')} | "
+                              f"{_fmt(row.get('ratio'), 3)} | {row.get('note', '')} |")
+    text = ["# Benchmark results", "",
+            "Generated by `python -m benchmarks run` from the JSON files in `benchmarks/results/` "
+            "(GPU runs in `benchmarks/results/gpu/`); do not edit by hand.", "",
+            "## Runs", "", *runs, "",
+            "## Theory against simulation", "", *acc_lines, "",
+            "## Performance", "", *perf_lines, ""]
+    path.write_text("\n".join(text))
+    return path
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", default=True, help="CPU-sized (~10 min on 2 cores)")
+    g.add_argument("--full", action="store_true", help="GPU-sized")
+    r.add_argument("--only", action="append", help="benchmark name (repeatable)")
+    r.add_argument("--outdir", type=pathlib.Path, default=None)
+    sub.add_parser("report", help="regenerate RESULTS.md from the JSON files")
+    sub.add_parser("list", help="list benchmarks")
+    a = ap.parse_args(argv)
+    if a.cmd == "list":
+        print("\n".join(discover()))
+    elif a.cmd == "report":
+        print(write_results_md())
+    else:
+        run(a.only, quick=not a.full, outdir=a.outdir)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
