@@ -5,6 +5,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from . import sweep  # noqa: E402
 from .simulate import SimulationResult, simulate, simulation_data  # noqa: E402
 from .solve import DMFTError, Trajectory, solve, solve_sweep  # noqa: E402
 from .data import empirical_risk, init_weights, sample_data  # noqa: E402

@@ -92,6 +92,265 @@ def demo(
         typer.echo(f"JSON written to {json_out.resolve()}")
 
 
+
+# ---------------------------------------------------------------------------------------
+# thresholds: delta-nn and simulate
+# ---------------------------------------------------------------------------------------
+
+ACTIVATION_NAMES = ("gelu", "relu", "tanh", "quadratic", "erf", "softplus", "relu-power")
+TARGETS = ("phase-retrieval", "noisy-phase-retrieval", "abs", "easy-hard")
+
+
+class CLIError(Exception):
+    pass
+
+
+def make_activation(name: str, power: float = 2.0):
+    import importlib
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.scipy.special import erf
+
+    table = {
+        "gelu": lambda x: 0.5 * x * (1 + erf(x / jnp.sqrt(2.0))),
+        "relu": jax.nn.relu,
+        "tanh": jnp.tanh,
+        "quadratic": lambda x: x**2,
+        "erf": erf,
+        "softplus": jax.nn.softplus,
+        "relu-power": lambda x: jax.nn.relu(x) ** power,
+    }
+    if name in table:
+        fn = table[name]
+    elif ":" in name:
+        mod, _, attr = name.partition(":")
+        try:
+            fn = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as exc:
+            raise CLIError(f"--activation {name!r}: cannot import {attr!r} from module {mod!r} ({exc}); "
+                           "give module:function with the module on PYTHONPATH.") from exc
+        if not callable(fn):
+            raise CLIError(f"--activation {name!r}: {attr} is not callable.")
+    else:
+        raise CLIError(f"--activation {name!r} does not exist; choose one of {', '.join(ACTIVATION_NAMES)} "
+                       "or a user function as module:function.")
+    xs = jnp.linspace(-4.0, 4.0, 101)
+    try:
+        vals = jax.vmap(fn)(xs)
+        d2 = jax.vmap(jax.grad(jax.grad(lambda x: fn(x))))(xs)
+    except Exception as exc:
+        raise CLIError(f"--activation {name!r} is not differentiable by JAX on [-4, 4] ({type(exc).__name__}: {exc}); "
+                       "write it with jax.numpy so autodiff can take two derivatives.") from exc
+    for what, v in (("values", vals), ("second derivative", d2)):
+        if not np.all(np.isfinite(np.asarray(v))):
+            raise CLIError(f"--activation {name!r} returns non-finite {what} on [-4, 4]; fix the function.")
+    return fn
+
+
+def make_problem(target, activation, width, loss, init_scale, train_second_layer, power=2.0, noise=0.1):
+    import jax.numpy as jnp
+
+    import dmft
+
+    act = make_activation(activation, power)
+    if target == "phase-retrieval":
+        teacher = dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0)
+    elif target == "noisy-phase-retrieval":
+        teacher = dmft.Teacher(link=lambda z, e: z[0] ** 2 + noise * e[0], k=1, noise_dim=1, hard=(0,))
+    elif target == "abs":
+        teacher = dmft.Teacher(link=lambda z, e: jnp.abs(z[0]), k=1, noise_dim=0)
+    elif target == "easy-hard":
+        teacher = dmft.Teacher(link=lambda z, e: z[0] + (z[1] ** 2 - 1), k=2, noise_dim=0)
+    else:
+        raise CLIError(f"--target {target!r} does not exist; choose one of {', '.join(TARGETS)}.")
+    if loss == "square":
+        lossf = dmft.square_loss
+    elif loss.startswith("huber"):
+        w = float(loss.split(":")[1]) if ":" in loss else 1.0
+        lossf = dmft.huber_loss(w)
+    else:
+        raise CLIError(f"--loss {loss!r} does not exist; choose square or huber[:width].")
+    if width < 1:
+        raise CLIError("--width must be >= 1.")
+    if not init_scale > 0:
+        raise CLIError("--init-scale must be > 0.")
+    k = teacher.k
+    return dmft.Problem(
+        teacher=teacher,
+        student=dmft.TwoLayer(activation=act, width=width, second_layer=jnp.ones(width) / width,
+                              train_second_layer=train_second_layer),
+        loss=lossf,
+        init=dmft.Init(q0=init_scale**2 * jnp.eye(width), overlap=jnp.zeros((k, width))),
+    )
+
+
+def _grid(spec: str):
+    try:
+        vals = [float(v) for v in spec.split(",") if v.strip()]
+    except ValueError as exc:
+        raise CLIError(f"--grid {spec!r}: give comma-separated δ values, e.g. 1,2,3,5,8.") from exc
+    if len(vals) < 2 or any(v <= 0 for v in vals):
+        raise CLIError(f"--grid {spec!r}: need at least two δ values, all > 0.")
+    return vals
+
+
+@app.command("delta-nn")
+def delta_nn(
+    target: str = typer.Option("phase-retrieval", help=f"teacher: {', '.join(TARGETS)}"),
+    activation: str = typer.Option("quadratic", help=f"{', '.join(ACTIVATION_NAMES)} or module:function"),
+    width: int = typer.Option(1, help="student width m"),
+    loss: str = typer.Option("square", help="square or huber[:width]"),
+    init_scale: float = typer.Option(1.0, help="rows of sqrt(d) W0 ~ N(0, init_scale^2 I)"),
+    train_second_layer: bool = typer.Option(False, "--train-second-layer/--frozen-second-layer"),
+    power: float = typer.Option(2.0, help="p for relu-power"),
+    lr: float = typer.Option(0.05, help="GD step"),
+    steps: int = typer.Option(30, help="DMFT horizon (GD steps)"),
+    times: str = typer.Option("", help="comma-separated steps for δ*(t) (default: steps/4, steps/2, 3steps/4, steps)"),
+    grid: str = typer.Option("1,2,3,4,6,8,12,16", help="coarse δ grid"),
+    paths: int = typer.Option(4096, help="DMFT Monte Carlo paths"),
+    d: int = typer.Option(1000, help="dimension for the finite-n convention (n = δ d)"),
+    convention: str = typer.Option("finite-n", help="finite-n or strict"),
+    repeats: int = typer.Option(2, help="independent keys for the Monte Carlo uncertainty"),
+    stationarity_tol: float = typer.Option(0.02, help="relative change over the last half of the horizon below which the first phase counts as converged"),
+    seed: int = typer.Option(0),
+    json_out: pathlib.Path = typer.Option(None, "--json", help="write the result as JSON"),
+    plot: pathlib.Path = typer.Option(None, "--plot", help="write a figure (margin curves and δ*(t))"),
+):
+    """δ*(t) and δ_NN from the DMFT + Hessian-outlier equations (THEORY §2)."""
+    try:
+        import jax
+        import numpy as np
+
+        from spectral.thresholds import delta_star
+
+        problem = make_problem(target, activation, width, loss, init_scale, train_second_layer, power)
+        g = _grid(grid)
+        if convention not in ("finite-n", "strict"):
+            raise CLIError("--convention must be finite-n or strict.")
+        ts = [int(x) for x in times.split(",") if x.strip()] if times else sorted({max(1, steps // 4), steps // 2, 3 * steps // 4, steps})
+        if any(t < 0 or t > steps for t in ts):
+            raise CLIError(f"--times must lie in 0..steps = 0..{steps}.")
+        import dmft
+
+        dmft.check_finite_maps(problem)
+    except (CLIError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    total = 1 + repeats
+    t0 = time.perf_counter()
+    with typer.progressbar(length=total, label="DMFT δ sweeps") as bar:
+        def progress(msg):
+            bar.update(1)
+
+        res = delta_star(problem, grid=g, lr=lr, steps=steps, times=ts, paths=paths, key=jax.random.key(seed),
+                         convention=convention, d=d if convention == "finite-n" else None, repeats=repeats,
+                         stationarity_tol=stationarity_tol, progress=progress)
+    wall = time.perf_counter() - t0
+    if res.status == "no-bracket":
+        typer.echo(f"error: {res.message}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{'t':>6} {'δ*(t)':>10} {'± s.e.':>10} {'bracket':>18}")
+    for j, t in enumerate(res.times):
+        typer.echo(f"{t:>6} {res.delta_star[j]:>10.4f} {res.delta_star_stderr[j]:>10.4f} "
+                   f"[{res.bracket[j][0]:.3g}, {res.bracket[j][1]:.3g}]")
+    typer.echo(res.message)
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(1, 2, figsize=(9, 3.5))
+        for j, t in enumerate(res.times):
+            m = np.asarray(res.coarse.margin)[:, j]
+            ax[0].plot(res.coarse.deltas, np.where(np.isfinite(m), m, np.nan), "o-", label=f"t={t}")
+        ax[0].axhline(0, color="k", lw=0.5)
+        ax[0].set_xlabel("δ")
+        ax[0].set_ylabel("outlier margin λ_min A(edge)")
+        ax[0].legend(fontsize=7)
+        ax[1].errorbar(res.times, res.delta_star, res.delta_star_stderr, fmt="s-")
+        ax[1].set_xlabel("GD step t")
+        ax[1].set_ylabel("δ*(t)")
+        fig.tight_layout()
+        fig.savefig(plot, dpi=110)
+        typer.echo(f"figure written to {plot}")
+    if res.status != "converged":
+        typer.echo(f"δ_NN not reported ({res.status}); no JSON written.", err=True)
+        raise typer.Exit(1)
+    if json_out is not None:
+        payload = dict(
+            delta_nn=res.delta_nn, delta_nn_stderr=res.delta_nn_stderr, edge_convention=convention,
+            delta_star=dict(times=list(res.times), value=np.asarray(res.delta_star).tolist(),
+                            stderr=np.asarray(res.delta_star_stderr).tolist(), bracket=np.asarray(res.bracket).tolist()),
+            setting={**res.setting, **dict(target=target, activation=activation, width=width, loss=loss,
+                                           init_scale=init_scale, train_second_layer=train_second_layer, power=power,
+                                           lr=lr, steps=steps, d=d, seed=seed)},
+            diagnostics={**res.diagnostics, **dict(status=res.status, message=res.message, wall_s=wall)},
+        )
+        tmp = json_out.with_suffix(json_out.suffix + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=1, default=float))
+        tmp.replace(json_out)
+        typer.echo(f"JSON written to {json_out}")
+
+
+@app.command("simulate")
+def simulate_cmd(
+    target: str = typer.Option("phase-retrieval"),
+    activation: str = typer.Option("quadratic"),
+    width: int = typer.Option(4),
+    loss: str = typer.Option("square"),
+    init_scale: float = typer.Option(1.0),
+    train_second_layer: bool = typer.Option(True, "--train-second-layer/--frozen-second-layer"),
+    power: float = typer.Option(2.0),
+    lr: float = typer.Option(0.1),
+    steps: int = typer.Option(2000),
+    grid: str = typer.Option("1.5,2,2.5,3,4,5"),
+    d: str = typer.Option("100,200", help="comma-separated dimensions"),
+    seeds: int = typer.Option(4),
+    seed: int = typer.Option(0),
+    json_out: pathlib.Path = typer.Option(None, "--json"),
+    plot: pathlib.Path = typer.Option(None, "--plot"),
+):
+    """GD success curves (hard-subspace overlap > 0.5 at the end) against δ, per d."""
+    try:
+        import jax
+
+        from dmft.success import success_curve
+
+        problem = make_problem(target, activation, width, loss, init_scale, train_second_layer, power)
+        g = _grid(grid)
+        dims = [int(x) for x in d.split(",") if x.strip()]
+    except (CLIError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    results = {}
+    with typer.progressbar(dims, label="GD success curves") as bar:
+        for dim in bar:
+            results[dim] = success_curve(problem, dim, g, lr=lr, steps=steps, seeds=seeds, key=jax.random.key(seed + dim))
+    for dim, sc in results.items():
+        typer.echo(f"d={dim}: success {sc.success.tolist()} at δ={g}; 50% point {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f}")
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for dim, sc in results.items():
+            ax.plot(sc.deltas, sc.success, "o-", label=f"d={dim}")
+        ax.set_xlabel("δ")
+        ax.set_ylabel("success fraction")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(plot, dpi=110)
+    if json_out is not None:
+        payload = {str(dim): dict(success=sc.success.tolist(), delta_50=sc.delta_50, delta_50_stderr=sc.delta_50_stderr,
+                                  setting=sc.setting) for dim, sc in results.items()}
+        json_out.write_text(json.dumps(payload, indent=1))
+
+
 def main():  # pragma: no cover
     app()
 

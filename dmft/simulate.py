@@ -68,8 +68,9 @@ def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_sample
     X, y = sample_data(problem, kd, d, n, dtype)
     W0 = init_weights(problem, kw, d, random_overlap, dtype)
     a0 = st.second_layer.astype(dtype)
+    eta = eta.astype(dtype)
     eta_a = eta * (st.second_layer_lr_scale if st.train_second_layer else 0.0)
-    lam, lam_a = problem.ridge, problem.ridge_second
+    lam, lam_a = problem.ridge.astype(dtype), problem.ridge_second.astype(dtype)
 
     # fresh test inputs: (z, ξ) standard normal, fixed across time (common random numbers)
     ktz, kte, ktx = jax.random.split(kt, 3)
@@ -98,11 +99,13 @@ def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_sample
         W, a = carry
         R = X @ W
         obs = observe(W, a, R)
-        g = grad_r(y, R, a)
+        g = grad_r(y, R, a).astype(dtype)
         gW = X.T @ g / n + lam * W
-        ga = jnp.mean(grad_a(y, R, a), axis=0) + lam_a * a
+        ga = jnp.mean(grad_a(y, R, a), axis=0).astype(dtype) + lam_a * a
         live = t < steps  # the last pass only observes W^T
-        return (W - jnp.where(live, eta[t], 0.0) * gW, a - jnp.where(live, eta_a[t], 0.0) * ga), obs
+        step_w = jnp.where(live, eta[t], 0.0).astype(dtype)
+        step_a = jnp.where(live, eta_a[t], 0.0).astype(dtype)
+        return ((W - step_w * gW).astype(dtype), (a - step_a * ga).astype(dtype)), obs
 
     (Wf, af), obs = jax.lax.scan(step, (W0, a0), jnp.arange(steps + 1))
     return obs, Wf, af

@@ -66,6 +66,11 @@ class Trajectory(eqx.Module):
     ``samples``: {t: dict(z, y, eps, r)} of the effective data-side process at the
     requested times (the joint law of ``(z, y, r^t)`` behind the Hessian blocks).
     ``failed_step``: first step with non-finite values (``-1`` if none).
+    ``max_step_curvature[t]``: max over paths of ``η_t λ_max(G^t)/δ``, the step of the
+    effective single-sample GD; ``unstable_fraction[t]``: fraction of paths where it exceeds 2.
+    Above 2 those (tail) paths oscillate and diverge: with unbounded curvature (e.g. square
+    loss on ``y = z²``) fixed-η GD is locally unstable on rare samples in the n → ∞ limit,
+    which finite-n GD never draws; reduce ``lr`` (a warning is issued).
     ``min_schur``: smallest eigenvalue of the conditional covariance of ``ω^t`` (clipped
     at 0 when negative by round-off; near 0 means the dynamics has frozen).
     """
@@ -82,6 +87,8 @@ class Trajectory(eqx.Module):
     samples: dict
     failed_step: jax.Array
     min_schur: jax.Array
+    max_step_curvature: jax.Array
+    unstable_fraction: jax.Array
     setting: Optional[dict] = None
 
     @property
@@ -198,6 +205,8 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         train=jnp.zeros((Tp,), dt),
         test=jnp.zeros((Tp,), dt),
         failed=jnp.array(-1),
+        step_curv=jnp.zeros((Tp,), dt),
+        unstable=jnp.zeros((Tp,), dt),
         hard_zero=jnp.zeros((k,), bool).at[jnp.array(hard, dtype=int)].set(True) if hard else jnp.zeros((k,), bool),
         min_schur=jnp.array(jnp.inf, dt),
     )
@@ -296,6 +305,11 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         C_new = C.at[t + 1].set(C_next, mode="drop")
         C_new = C_new.at[:, t + 1].set(jnp.swapaxes(C_next, -1, -2), mode="drop")
 
+        # per-path local stability of the effective single-sample GD: step η_t λ_max(G^t)/δ
+        # (> 2 means that path oscillates and diverges; with unbounded curvature this happens
+        # for rare tail paths, which then dominate the averages)
+        lmax = jnp.linalg.eigvalsh(0.5 * (G_t + jnp.swapaxes(G_t, -1, -2)))[:, -1]
+        curv = eta[t] * lmax / delta
         finite = (
             jnp.all(jnp.isfinite(Gam_row)) & jnp.all(jnp.isfinite(Cg_row)) & jnp.all(jnp.isfinite(C_next))
             & jnp.all(jnp.isfinite(M_next)) & jnp.isfinite(train) & jnp.all(jnp.isfinite(a_next))
@@ -316,6 +330,8 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
             train=carry["train"].at[t].set(train),
             test=carry["test"].at[t].set(test),
             failed=failed,
+            step_curv=carry["step_curv"].at[t].set(jnp.max(curv)),
+            unstable=carry["unstable"].at[t].set(jnp.mean(curv > 2.0)),
             hard_zero=hard_zero,
             min_schur=min_schur,
         )
@@ -341,6 +357,8 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         samples=samples,
         failed_step=out["failed"],
         min_schur=out["min_schur"],
+        max_step_curvature=out["step_curv"],
+        unstable_fraction=out["unstable"],
     )
 
 
@@ -353,6 +371,8 @@ def _gamma_row(t, G_hist, R, eta, delta, cache_bytes: int = 2**19):
     so each update is one GEMM.
     """
     paths, Tp, m, _ = G_hist.shape
+    if jax.default_backend() != "cpu":  # accelerators: one chunk, the GEMMs are wide enough
+        cache_bytes = 2**31
     cs = int(max(16, min(paths, cache_bytes // (Tp * m * m * 8))))
     nch = -(-paths // cs)
     pad = nch * cs - paths
@@ -411,7 +431,22 @@ def solve(
     traj = dataclasses.replace(traj, setting=setting)
     if throw:
         raise_if_failed(traj)
+    warn_if_unstable(traj)
     return traj
+
+
+def warn_if_unstable(traj: Trajectory):
+    import warnings
+
+    uf = np.asarray(traj.unstable_fraction)
+    if uf.size and np.nanmax(uf) > 0:
+        t = int(np.argmax(np.any(uf.reshape(-1, uf.shape[-1]) > 0, axis=0)))
+        warnings.warn(
+            f"DMFT: from step {t} some Monte Carlo paths have a local GD step η·λ_max(D)/δ > 2 "
+            f"(max fraction {np.nanmax(uf):.2g}; max step {np.nanmax(np.asarray(traj.max_step_curvature)):.3g}): "
+            "those tail paths diverge and can dominate the kernels. Fixed-η GD with unbounded curvature is "
+            "locally unstable on rare samples in the n → ∞ limit; reduce lr.",
+            RuntimeWarning, stacklevel=3)
 
 
 def raise_if_failed(traj: Trajectory):
@@ -452,6 +487,7 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
     traj = dataclasses.replace(traj, setting=setting)
     if throw:
         raise_if_failed(traj)
+    warn_if_unstable(traj)
     return traj
 
 

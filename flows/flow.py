@@ -64,7 +64,7 @@ def _summary(model, lossf, mask_flat, unravel):
 
 @eqx.filter_jit
 def _solve(model, loss, X, y, x0, like, ts, t1, mask_flat, rtol, atol, solver, max_steps,
-           gtol, escape_drop, diverge_norm, save_params, use_events):
+           gtol, escape_drop, diverge_norm, save_params, use_events, dt0=None):
     _, unravel = ravel_pytree(like)
     lossf = make_loss(model, X, y, loss)
     flat_loss = lambda x: lossf(unravel(x))
@@ -83,8 +83,9 @@ def _solve(model, loss, X, y, x0, like, ts, t1, mask_flat, rtol, atol, solver, m
         def cond_div(t, x, args, **kw):
             return jnp.linalg.norm(x) > diverge_norm
         event = dfx.Event(cond_fn=(cond_saddle, cond_div))
-    sol = dfx.diffeqsolve(term, solver, 0.0, t1, None, x0, saveat=dfx.SaveAt(subs=subs),
-                          stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
+    ctrl = dfx.PIDController(rtol=rtol, atol=atol) if dt0 is None else dfx.ConstantStepSize()
+    sol = dfx.diffeqsolve(term, solver, 0.0, t1, dt0, x0, saveat=dfx.SaveAt(subs=subs),
+                          stepsize_controller=ctrl,
                           max_steps=max_steps, event=event, throw=False)
     div_flag = jnp.linalg.norm(sol.ys[1][-1]) > diverge_norm
     return sol.ys, sol.ts[1][-1], sol.stats["num_steps"], sol.result == dfx.RESULTS.successful, \
@@ -95,14 +96,18 @@ def gradient_flow(model, params0, X, y, loss="square", t1: float = 10.0, ts=None
                   n_save: int = 200, solver=None, rtol: float = 1e-9, atol=None,
                   max_steps: int = 200_000, save: str = "summary", mask=None,
                   stop_at_saddle: bool = False, gtol=None, escape_drop: float = 1e-2,
-                  diverge_norm: float = 1e3, experimental: bool = False, params_like=None) -> FlowResult:
+                  diverge_norm: float = 1e3, experimental: bool = False, params_like=None,
+                  dt=None) -> FlowResult:
     """Integrate ẇ = −∇𝓛(w) from w(0) = δ·params0 (δ = 1 if delta is None) up to t1.
 
     ts: save times (default: 0 and n_save−1 log-spaced times up to t1). save: 'summary',
     'params' or 'both'. mask: pytree of bools (a weight subset Z) whose norm is tracked.
     stop_at_saddle: terminate when, after escape, ‖∇𝓛‖ < gtol (default 1e-6·𝓛(0)); the run
     also stops when ‖w‖ > diverge_norm (saddle at infinity). solver: any diffrax solver
-    (default Tsit5()). atol default: 1e-3·rtol·‖w(0)‖ (relative control at tiny δ)."""
+    (default Tsit5()). atol default: 1e-3·rtol·‖w(0)‖ (relative control at tiny δ).
+    dt: fixed step (ConstantStepSize) instead of the adaptive PID controller — needed for
+    ReLU (experimental): the adaptive controller stalls at the kinks (measured: 20000 steps
+    to reach t = 0.05)."""
     model = as_model(model, params_like)
     require_theory(model, experimental, "gradient_flow")
     if save not in ("summary", "params", "both"):
@@ -127,7 +132,8 @@ def gradient_flow(model, params0, X, y, loss="square", t1: float = 10.0, ts=None
     ys, t_end, nsteps, ok, ev, div, maxs = _solve(
         model, loss, X, y, x0, params0, jnp.asarray(ts), jnp.asarray(float(t1)), mask_flat,
         jnp.asarray(rtol), jnp.asarray(atol), solver, int(max_steps), jnp.asarray(float(gtol)),
-        jnp.asarray(escape_drop), jnp.asarray(diverge_norm), save != "summary", stop_at_saddle)
+        jnp.asarray(escape_drop), jnp.asarray(diverge_norm), save != "summary", stop_at_saddle,
+        None if dt is None else jnp.asarray(float(dt)))
     summ, final = ys[0], ys[1][-1]
     t_end = float(t_end)
     if bool(ev):

@@ -1,0 +1,41 @@
+"""deltann.spectral — limiting Hessian spectra from the law of the per-sample Hessian
+blocks (THEORY §2–§4) and their finite-d checks (Lanczos, SLQ, dense oracles).
+
+Modules: ``law`` (the law of (ζ, D), truncation), ``stieltjes`` (bulk: block Stieltjes
+equation, density, edges), ``outliers`` (hard-direction outliers and cos², with the
+derivation), ``spectral_methods`` (m = 1 Lu–Li / Mondelli–Montanari, thresholds),
+``quadrature``, ``hessian`` (HVPs, dense oracles), ``lanczos`` (extreme eigenpairs, SLQ).
+"""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from ._errors import (MAX_ITERS, NO_EDGE, NO_OUTLIER, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT,  # noqa: E402
+                      WRONG_BRANCH, SpectralError, message)
+from .hessian import (block_matvec, dense_block_matrix, dense_hessian, finite_blocks,  # noqa: E402
+                      hessian_vector_product, risk_gradient)
+from .lanczos import (LanczosResult, SLQResult, lanczos_extreme, stochastic_lanczos_quadrature,  # noqa: E402
+                      subspace_overlap)
+from .law import (BlockLaw, detect_unbounded, law_from_dmft, law_from_problem, law_from_samples,  # noqa: E402
+                  sample_blocks, truncate)
+from .outliers import A_derivative, A_matrix, OutlierResult, outlier  # noqa: E402
+from .quadrature import normal_nodes, teacher_nodes  # noqa: E402
+from .spectral_methods import (SpectralMethodResult, spectral_method, spectral_method_law,  # noqa: E402
+                               spectral_method_threshold, weak_recovery_threshold)
+from .stieltjes import (EdgeResult, StieltjesResult, bulk_edge, density, fixed_point_map,  # noqa: E402
+                        linearization, stieltjes)
+
+__all__ = [
+    "SpectralError", "message", "SUCCESS", "MAX_ITERS", "WRONG_BRANCH", "NO_EDGE", "NO_OUTLIER",
+    "UNBOUNDED_SUPPORT", "NONFINITE",
+    "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "truncate",
+    "detect_unbounded",
+    "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "fixed_point_map", "linearization",
+    "OutlierResult", "outlier", "A_matrix", "A_derivative",
+    "SpectralMethodResult", "spectral_method", "spectral_method_threshold", "spectral_method_law",
+    "weak_recovery_threshold", "normal_nodes", "teacher_nodes",
+    "hessian_vector_product", "block_matvec", "dense_block_matrix", "dense_hessian", "finite_blocks",
+    "risk_gradient",
+    "LanczosResult", "SLQResult", "lanczos_extreme", "stochastic_lanczos_quadrature", "subspace_overlap",
+]

@@ -173,7 +173,7 @@ def law_from_dmft(problem, traj, t, hard=None, unbounded="auto") -> BlockLaw:
     return law_from_problem(problem, y, r, a, zeta=zeta, unbounded=unbounded, source=f"dmft t={t}")
 
 
-def truncate(law: BlockLaw, n: int, side: str) -> BlockLaw:
+def truncate(law: BlockLaw, n: int, side: str, mode: str = "drop") -> BlockLaw:
     """Finite-n convention (THEORY §2): the law of ``D`` truncated at its ``1 − 1/n``
     quantile on ``side`` — samples whose extreme eigenvalue (smallest for "bottom",
     largest for "top") lies beyond the ``1/n`` tail quantile are dropped and the weights
@@ -189,6 +189,20 @@ def truncate(law: BlockLaw, n: int, side: str) -> BlockLaw:
     cw = np.cumsum(w[order])
     # weighted 1/n quantile of the extreme eigenvalue
     q = e[order][min(np.searchsorted(cw, 1.0 / n), len(cw) - 1)]
+    if mode == "clip":  # move the tail mass onto the quantile (eigenvalues of D clipped)
+        lo_hi = (0, None) if side == "bottom" else (None, 0)
+        D = np.asarray(law.D)
+        evals, vecs = np.linalg.eigh(D)
+        if side == "bottom":
+            evals = np.maximum(evals, q)
+        else:
+            evals = np.minimum(evals, -q)
+        Dc = np.einsum("nij,nj,nkj->nik", vecs, evals, vecs)
+        return BlockLaw(D=jnp.asarray(Dc), weights=law.weights, zeta=law.zeta,
+                        unbounded=tuple(s for s in law.unbounded if s != side),
+                        source=f"{law.source}; clipped at 1-1/n quantile ({side}), n={n}")
+    if mode != "drop":
+        raise SpectralError(f"truncate mode must be 'drop' or 'clip'; got {mode!r}.")
     keep = e >= q
     wk = w * keep
     wk = wk / wk.sum()

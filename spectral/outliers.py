@@ -138,7 +138,7 @@ _outlier_core_jit = eqx.filter_jit(_outlier_core)
 
 
 def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
-            damping=0.5, solver="newton", bisections=48, substeps=3, throw=True) -> OutlierResult:
+            damping=0.5, solver="newton", bisections=44, substeps=2, throw=True) -> OutlierResult:
     """Outlier of the limiting Hessian spectrum along the hard subspace on ``side`` and the
     squared cosine of its eigenvector with that subspace. ``law.zeta`` must hold the hard
     coordinates. No outlier is a valid answer (``exists=False``, status NO_OUTLIER), not an
@@ -151,7 +151,8 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
     s = 0 if side == "bottom" else 1
     hm = law.zeta.shape[1] * law.m
     setting = dict(law=law_used.source, m=law.m, hard_dims=int(law.zeta.shape[1]), samples=law_used.size,
-                   delta=_f(delta), side=side, solver=solver, convention=conv)
+                   delta=_f(delta), side=side, solver=solver,
+                   convention="strict" if conv == "strict-unbounded" else conv)
     if conv == "strict-unbounded":
         setting["note"] = ("support unbounded on this side: in the strict limit there is no edge and no "
                            "outlier (use convention='finite-n' for the truncated law)")
@@ -161,7 +162,7 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
                              residual=jnp.asarray(jnp.nan), iterations=jnp.asarray(0),
                              status=jnp.asarray(UNBOUNDED_SUPPORT), side=side, convention="strict",
                              setting=setting)
-    out = _outlier_core_jit(law_used, jnp.asarray(delta, float), s, tol, max_steps, damping, solver,
+    out = _outlier_core_jit(law_used, jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver,
                             bisections, substeps)
     res = OutlierResult(*out, side=side, convention=conv, setting=setting)
     check_status(res.status, f"outlier(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))

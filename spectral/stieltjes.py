@@ -29,6 +29,9 @@ import numpy as np
 
 from ._errors import (MAX_ITERS, NO_EDGE, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT, WRONG_BRANCH,
                       SpectralError, check_status, is_concrete)
+from ._linalg import solve_small
+
+SMALL_SOLVE_MAX_M = 8   # batched tiny solves as unrolled vectorized Gauss–Jordan (LAPACK per-matrix calls are slow under vmap)
 from .law import SIDES, BlockLaw, truncate
 
 # ------------------------------------------------------------------------------------
@@ -45,7 +48,9 @@ def blocks_B(S, D, delta):
     m = D.shape[-1]
     M = jnp.eye(m, dtype=S.dtype)[None] + jnp.einsum("ij,njk->nik", S, D) / delta  # I + S D/δ
     # X M = D  <=>  Mᵀ Xᵀ = Dᵀ = D
-    return jnp.swapaxes(jnp.linalg.solve(jnp.swapaxes(M, 1, 2), D.astype(S.dtype)), 1, 2)
+    Mt = jnp.swapaxes(M, 1, 2)
+    X = solve_small(Mt, D.astype(S.dtype)) if m <= SMALL_SOLVE_MAX_M else jnp.linalg.solve(Mt, D.astype(S.dtype))
+    return jnp.swapaxes(X, 1, 2)
 
 
 def fixed_point_map(S, lam, law: BlockLaw, delta):
@@ -79,36 +84,40 @@ def _rel_res(S, F):
 
 def _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, branch_ok):
     """Iterate from S0 until the relative residual ``‖S − F(S)‖/‖S‖ < tol``.
+    Newton candidate ``S − (I − L)^{-1}(S − F(S))`` accepted when it stays on the physical
+    branch within a trust region (‖ΔS‖ ≤ ‖S‖), else a damped step ``(1−α) S + α F(S)``.
     Returns (S, iterations, residual)."""
     m = law.m
     I2 = jnp.eye(m * m, dtype=S0.dtype)
-
-    def res_of(S):
-        return _rel_res(S, fixed_point_map(S, lam, law, delta))
+    Fmap = lambda S: fixed_point_map(S, lam, law, delta)
 
     def cond(st):
-        S, it, res = st
+        S, F, it, res = st
         return (res > tol) & (it < max_steps) & jnp.isfinite(res)
 
     def body(st):
-        S, it, res = st
-        F = fixed_point_map(S, lam, law, delta)
+        S, F, it, res = st
         S_D = _sym((1.0 - damping) * S + damping * F)           # damped fixed-point step
-        res_D = res_of(S_D)
         if solver == "newton":
             L = linearization(S, law, delta)                      # dF/dS
             dS = jnp.linalg.solve(I2 - L, (S - F).reshape(-1))   # (I − L) vec ΔS = vec(S − F)
             S_N = _sym(S - dS.reshape(m, m))
-            res_N = res_of(S_N)
-            take_N = jnp.isfinite(res_N) & (res_N < jnp.minimum(res, res_D)) & branch_ok(S_N)
+            # trust region: accept Newton when it stays on the physical branch and the step is
+            # not larger than ‖S‖ (one F evaluation per step: under vmap both branches run)
+            take_N = branch_ok(S_N) & jnp.all(jnp.isfinite(S_N)) & (
+                jnp.linalg.norm(dS) <= jnp.linalg.norm(S) + 1e-300)
             S_new = jnp.where(take_N, S_N, S_D)
-            res_new = jnp.where(take_N, res_N, res_D)
+            F_new = Fmap(S_new)
+            res_new = _rel_res(S_new, F_new)
         else:
-            S_new, res_new = S_D, res_D
-        return S_new, it + 1, res_new
+            S_new = S_D
+            F_new = Fmap(S_new)
+            res_new = _rel_res(S_new, F_new)
+        return S_new, F_new, it + 1, res_new
 
-    st = (S0, jnp.asarray(0), res_of(S0))
-    return jax.lax.while_loop(cond, body, st)
+    F0 = Fmap(S0)
+    S, F, it, res = jax.lax.while_loop(cond, body, (S0, F0, jnp.asarray(0), _rel_res(S0, F0)))
+    return S, it, res
 
 
 # ------------------------------------------------------------------------------------
@@ -151,7 +160,7 @@ def _stieltjes_one(law, lam, delta, eps, tol, max_steps, damping, solver, stages
         S, it_tot = carry
         e = eps_big / ratio**j                                   # continuation ε_j → ε
         z = lam + 1j * e
-        tol_j = jnp.where(j == stages - 1, tol, jnp.maximum(tol, 1e-8))
+        tol_j = jnp.where(j == stages - 1, tol, jnp.maximum(tol, 1e-6))
         S, it, res = _solve_at(law, z, delta, S, tol_j, max_steps, damping, solver, _im_psd)
         return (S, it_tot + it), res
 
@@ -178,7 +187,7 @@ def _check_delta(delta):
 
 
 def stieltjes(law: BlockLaw, lam, delta, eps=1e-3, *, tol=1e-10, max_steps=100, damping=0.5,
-              solver="newton", stages=8, throw=True) -> StieltjesResult:
+              solver="newton", stages=5, throw=True) -> StieltjesResult:
     """Solve ``S = (E[D (I + S D/δ)^{-1}] − z I)^{-1}`` at ``z = λ + iε`` for every ``λ`` (and
     ``δ``) of the broadcast grid, by one vmapped, jitted solve (continuation in ``ε``;
     Newton with damped fallback). ``throw=True`` raises :class:`SpectralError` if any point
@@ -337,7 +346,7 @@ def _resolve_convention(law, side, convention, n, what):
 
 
 def bulk_edge(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12,
-              max_steps=60, damping=0.5, solver="newton", bisections=48, substeps=3,
+              max_steps=60, damping=0.5, solver="newton", bisections=44, substeps=2,
               throw=True) -> EdgeResult:
     """Edge of the bulk on ``side`` ("bottom": left edge, "top": right edge).
 
@@ -351,14 +360,15 @@ def bulk_edge(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, t
     law_used, conv = _resolve_convention(law, side, convention, n, "bulk_edge")
     s = 0 if side == "bottom" else 1
     setting = dict(law=law_used.source, m=law.m, samples=law_used.size, delta=_f(delta), side=side,
-                   solver=solver, convention=conv)
+                   solver=solver,
+                   convention="strict" if conv == "strict-unbounded" else conv)
     if conv == "strict-unbounded":
         m = law.m
         return EdgeResult(edge=jnp.asarray(-jnp.inf if s == 0 else jnp.inf), S=jnp.zeros((m, m)),
                           rho=jnp.asarray(jnp.nan), bracket=jnp.asarray(0.0), iterations=jnp.asarray(0),
                           residual=jnp.asarray(jnp.nan), status=jnp.asarray(UNBOUNDED_SUPPORT),
                           side=side, convention="strict", setting=setting)
-    edge, S, rho, br, its, res, status = _edge_core_jit(law_used, jnp.asarray(delta, float), s, tol,
+    edge, S, rho, br, its, res, status = _edge_core_jit(law_used, jnp.asarray(delta, float), jnp.asarray(s), tol,
                                                         max_steps, damping, solver, bisections, substeps)
     out = EdgeResult(edge=edge, S=S, rho=rho, bracket=br, iterations=its, residual=res, status=status,
                      side=side, convention=conv, setting=setting)

@@ -1,0 +1,270 @@
+"""Lanczos with full re-orthogonalization for extreme eigenpairs, and stochastic Lanczos
+quadrature (SLQ) for the spectral density (THEORY §3). Matrix-free, jit/vmap-able
+(``lax.while_loop``), any array shape for the vectors (e.g. W-shaped (d, m)).
+
+Why not matfree: matfree's ``tridiag_sym`` runs a fixed number of matvecs chosen by the
+user (no restart or convergence-checked top-k, matfree issue #125); here the loop stops on
+the Ritz residual bound ``|β_j s_{j,i}| ≤ tol·‖T‖`` for the k wanted pairs, and reports
+residuals, so the number of HVPs adapts to the spectrum (see benchmarks/bench_lanczos.py).
+
+Ghosts: with full (twice-applied classical Gram–Schmidt) re-orthogonalization the basis
+stays orthonormal to machine precision, so converged Ritz values are not duplicated; the
+result reports ``ghosts`` = number of pairs of converged Ritz values closer than the
+residual tolerance (must be 0). A single start vector finds one copy of a multiple
+eigenvalue (exact multiplicities need block Lanczos; not provided).
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._errors import MAX_ITERS, NONFINITE, SUCCESS, check_status
+
+
+class LanczosResult(eqx.Module):
+    """``eigenvalues`` (k,) sorted ascending; ``eigenvectors`` (k, *shape) unit norm;
+    ``residuals`` (k,) = ‖A v − θ v‖ (Ritz bound |β s_j|); ``converged`` (k,);
+    ``iterations`` = matvecs used; ``ghosts`` (duplicated converged Ritz values, 0 expected)."""
+
+    eigenvalues: jax.Array
+    eigenvectors: jax.Array
+    residuals: jax.Array
+    converged: jax.Array
+    iterations: jax.Array
+    ghosts: jax.Array
+    status: jax.Array
+    which: str = eqx.field(static=True, default="both")
+
+
+def _inverse_iteration(a, b, theta, scale, iters=3):
+    """Unit eigenvector of the symmetric tridiagonal (diag ``a``, off-diag ``b``) for the
+    eigenvalue ``theta``, by shifted inverse iteration (O(K) tridiagonal solves)."""
+    K = a.shape[0]
+    dl = jnp.concatenate([jnp.zeros(1, a.dtype), b])
+    du = jnp.concatenate([b, jnp.zeros(1, a.dtype)])
+    shift = theta + 1e-13 * scale
+    x = jnp.ones(K, a.dtype) + 1e-3 * jnp.sin(jnp.arange(K, dtype=a.dtype))
+    for _ in range(iters):
+        x = jax.lax.linalg.tridiagonal_solve(dl, a - shift, du, x[:, None])[:, 0]
+        x = x / jnp.linalg.norm(x)
+    return x
+
+
+def _sturm_count(a, b2, x):
+    """Number of eigenvalues ``< x`` of the symmetric tridiagonal (diag ``a``, squared
+    off-diagonal ``b2``): negative pivots of the LDLᵀ factorization of ``T − x``."""
+    tiny = 1e-300
+
+    def step(d, ab):
+        ai, b2i = ab
+        dn = ai - x - b2i / d
+        dn = jnp.where(dn == 0, -tiny, dn)
+        return dn, dn < 0
+
+    d0 = a[0] - x
+    d0 = jnp.where(d0 == 0, -tiny, d0)
+    _, neg = jax.lax.scan(step, d0, (a[1:], b2))
+    return (d0 < 0).astype(jnp.int32) + jnp.sum(neg)
+
+
+def tridiag_eigvals(a, b, idx, iters=72):
+    """Eigenvalues number ``idx`` (0-based ascending, array) of the symmetric tridiagonal
+    (``a``, ``b``) by Sturm bisection (cheap to compile, unlike ``eigh_tridiagonal``)."""
+    r = jnp.abs(jnp.concatenate([b, jnp.zeros(1, a.dtype)])) + jnp.abs(jnp.concatenate([jnp.zeros(1, a.dtype), b]))
+    lo0, hi0 = jnp.min(a - r), jnp.max(a + r)
+    span = hi0 - lo0 + 1e-300
+    lo0, hi0 = lo0 - 1e-12 * span, hi0 + 1e-12 * span
+    b2 = b**2
+
+    def one(i):
+        def body(_, lh):
+            lo, hi = lh
+            mid = 0.5 * (lo + hi)
+            below = _sturm_count(a, b2, mid) > i          # the i-th eigenvalue is < mid
+            return jnp.where(below, lo, mid), jnp.where(below, mid, hi)
+
+        lo, hi = jax.lax.fori_loop(0, iters, body, (lo0, hi0))
+        return 0.5 * (lo + hi)
+
+    return jax.vmap(one)(idx)
+
+
+def _ritz(alpha, beta, j, K, which, k):
+    """Wanted Ritz pairs of the leading j×j block of T (K×K buffer): eigenvalues by
+    Sturm bisection (inactive rows decoupled at a sentinel above the spectrum),
+    eigenvectors by inverse iteration. (Dense ``eigh`` of a K×K matrix is ~100 ms on CPU
+    for K ≳ 100, and ``eigh_tridiagonal`` takes ~2 s to compile: Sturm bisection instead.) Returns (θ (k,), S (K, k), valid (k,))."""
+    idx = jnp.arange(K)
+    active = idx < j
+    a = jnp.where(active, alpha, 0.0)
+    b = jnp.where(idx[:-1] < j - 1, beta[:-1], 0.0)
+    scale = jnp.max(jnp.abs(a)) + 2.0 * jnp.max(jnp.abs(b)) + 1e-300
+    sentinel = 4.0 * scale + 1.0
+    a = jnp.where(active, a, sentinel)
+    kb = k if which == "smallest" else (0 if which == "largest" else (k + 1) // 2)
+    kt = k - kb
+    idx = jnp.concatenate([jnp.arange(kb), jnp.maximum(j - kt, 0) + jnp.arange(kt)])
+    th = tridiag_eigvals(a, b, idx)                    # inactive rows sit at the sentinel, above
+    valid = (th < 2.0 * scale + 0.5) & (j >= k)
+    S = jax.vmap(lambda t: _inverse_iteration(a, b, t, scale), out_axes=1)(th)
+    S = jnp.where(active[:, None], S, 0.0)
+    S = S / jnp.linalg.norm(S, axis=0, keepdims=True)
+    return th, S, valid
+
+
+def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e-10, v0=None,
+                    check_every=4, throw=True) -> LanczosResult:
+    """Extreme eigenpairs of the symmetric operator ``matvec`` by Lanczos with full
+    re-orthogonalization and a residual-based stopping rule.
+
+    ``dim``: int or the shape of the vectors (e.g. ``(d, m)`` for a W-shaped HVP).
+    ``which``: "smallest", "largest" or "both" (``⌈k/2⌉`` smallest and ``⌊k/2⌋`` largest).
+    Stops when every wanted Ritz pair has residual ``|β_j s_{j,i}| ≤ tol · max|θ|``
+    (relative), checked every ``check_every`` steps, or at ``max_iters`` (default
+    ``min(n, max(10 k, 150))``; the Krylov basis is preallocated, memory max_iters·n) matvecs.
+    Under ``jit``, pass large arrays (X, D) as arguments of the jitted function rather than
+    closing over them (closed-over arrays become XLA constants and are constant-folded).
+    Pure function of its inputs: jit it, vmap it over keys (seeds) or operators.
+    """
+    shape = (dim,) if isinstance(dim, int) else tuple(dim)
+    n = math.prod(shape)
+    K = int(min(n, max_iters if max_iters is not None else max(10 * k, 150)))
+    if which not in ("smallest", "largest", "both"):
+        raise ValueError(f"which must be 'smallest', 'largest' or 'both'; got {which!r}.")
+    if not 1 <= k <= K:
+        raise ValueError(f"k must be in 1..max_iters={K}; got {k}.")
+    mv = lambda q: matvec(q.reshape(shape)).reshape(-1)
+    q0 = jax.random.normal(key, (n,)) if v0 is None else jnp.asarray(v0).reshape(-1)
+    q0 = q0 / jnp.linalg.norm(q0)
+    out = _lanczos_loop(mv, q0, K, k, which, tol, int(check_every))
+    theta, vecs, res, conv, its, ghosts, status = out
+    res_ = LanczosResult(eigenvalues=theta, eigenvectors=vecs.reshape((k,) + shape), residuals=res,
+                         converged=conv, iterations=its, ghosts=ghosts, status=status, which=which)
+    check_status(status, "lanczos_extreme", throw)
+    return res_
+
+
+def _lanczos_loop(mv, q0, K, k, which, tol, check_every=1):
+    n = q0.shape[0]
+    dtype = q0.dtype
+    Q = jnp.zeros((K + 1, n), dtype).at[0].set(q0)
+    alpha = jnp.zeros(K, dtype)
+    beta = jnp.zeros(K, dtype)
+
+    def cond(st):
+        Q, alpha, beta, j, done = st
+        return (j < K) & ~done
+
+    def body(st):
+        Q, alpha, beta, j, done = st
+        q = Q[j]
+        w = mv(q)
+        a = jnp.vdot(q, w)
+        mask = (jnp.arange(K + 1) <= j)[:, None]
+        Qm = jnp.where(mask, Q, 0.0)
+        w = w - Qm.T @ (Qm @ w)                        # full re-orthogonalization (CGS) ...
+        w = w - Qm.T @ (Qm @ w)                        # ... twice is enough
+        b = jnp.linalg.norm(w)
+        alpha = alpha.at[j].set(a)
+        beta = beta.at[j].set(b)
+        Q = Q.at[j + 1].set(w / jnp.where(b > 0, b, 1.0))
+        jn = j + 1
+        scale = jnp.max(jnp.abs(jnp.where(jnp.arange(K) < jn, alpha, 0.0))) + jnp.max(beta)
+
+        def check(_):
+            theta, S, on = _ritz(alpha, beta, jn, K, which, k)
+            resid = jnp.abs(b * S[jn - 1])             # ‖A y − θ y‖ = |β_j s_{j,i}|
+            return (jn >= k) & jnp.all(on) & jnp.all(resid <= tol * scale)
+
+        due = (jn % check_every == 0) | (jn == K)
+        conv = jax.lax.cond(due, check, lambda _: jnp.asarray(False), None)
+        breakdown = b <= 1e-14 * scale                 # invariant subspace: Ritz pairs exact
+        return Q, alpha, beta, jn, conv | (breakdown & (jn >= k)) | ~jnp.isfinite(b)
+
+    Q, alpha, beta, j, done = jax.lax.while_loop(cond, body, (Q, alpha, beta, jnp.asarray(0), jnp.asarray(False)))
+    theta, S, on = _ritz(alpha, beta, j, K, which, k)
+    scale = jnp.max(jnp.abs(jnp.where(jnp.arange(K) < j, alpha, 0.0))) + jnp.max(beta)
+    resid = jnp.abs(beta[j - 1] * S[j - 1])
+    conv = on & (resid <= tol * scale)
+    vecs = S.T @ Q[:K]                                 # Ritz vectors Q_j s_i (S rows ≥ j are 0)
+    vecs = vecs / jnp.linalg.norm(vecs, axis=1, keepdims=True)
+    order = jnp.argsort(theta)
+    theta, vecs, resid, conv = theta[order], vecs[order], resid[order], conv[order]
+    gap = jnp.abs(theta[1:] - theta[:-1]) <= jnp.maximum(tol * scale, 1e-12 * scale)
+    ghosts = jnp.sum(gap & conv[1:] & conv[:-1])
+    finite = jnp.all(jnp.isfinite(theta))
+    status = jnp.where(~finite, NONFINITE, jnp.where(jnp.all(conv), SUCCESS, MAX_ITERS))
+    return theta, vecs, resid, conv, j, ghosts, status
+
+
+def subspace_overlap(vectors, basis):
+    """Squared overlap of each vector with a subspace, summed over the m blocks:
+    ``‖Θᵀ V‖_F²`` for W-shaped vectors V (d, m) and ``basis`` Θ (d, k) orthonormal; for the
+    ``dmft.sample_data`` convention (Θ* = first k axes) pass ``basis=k`` (int)."""
+    if isinstance(basis, int):
+        return jnp.sum(vectors[..., :basis, :] ** 2, axis=(-2, -1))
+    return jnp.sum(jnp.einsum("da,...dm->...am", basis, vectors) ** 2, axis=(-2, -1))
+
+
+# ------------------------------------------------------------------------------------
+# stochastic Lanczos quadrature
+# ------------------------------------------------------------------------------------
+
+
+class SLQResult(eqx.Module):
+    """Gauss quadrature of the spectral measure per probe: ``nodes`` (probes, order) Ritz
+    values, ``weights`` (probes, order) squared first components (sum 1 per probe)."""
+
+    nodes: jax.Array
+    weights: jax.Array
+
+    def density(self, grid, width):
+        """Gaussian-smoothed density on ``grid`` (average over probes)."""
+        g = jnp.asarray(grid)[:, None, None]
+        ker = jnp.exp(-0.5 * ((g - self.nodes[None]) / width) ** 2) / (width * jnp.sqrt(2 * jnp.pi))
+        return jnp.mean(jnp.sum(ker * self.weights[None], axis=-1), axis=-1)
+
+    def cdf(self, x):
+        """Averaged cumulative spectral distribution at ``x`` (no smoothing)."""
+        x = jnp.asarray(x)[..., None, None]
+        return jnp.mean(jnp.sum(jnp.where(self.nodes <= x, self.weights, 0.0), axis=-1), axis=-1)
+
+
+def stochastic_lanczos_quadrature(matvec, dim, key, *, probes=8, order=80) -> SLQResult:
+    """SLQ: ``order`` Lanczos steps (full re-orthogonalization) from each of ``probes``
+    Rademacher vectors (vmapped); the tridiagonal's eigenpairs give the nodes/weights."""
+    shape = (dim,) if isinstance(dim, int) else tuple(dim)
+    n = math.prod(shape)
+    order = int(min(order, n))
+    mv = lambda q: matvec(q.reshape(shape)).reshape(-1)
+
+    def one(kk):
+        q0 = jax.random.rademacher(kk, (n,), dtype=jnp.float64)
+        q0 = q0 / jnp.linalg.norm(q0)
+        Q = jnp.zeros((order + 1, n)).at[0].set(q0)
+
+        def body(j, st):
+            Q, alpha, beta = st
+            q = Q[j]
+            w = mv(q)
+            a = jnp.vdot(q, w)
+            mask = (jnp.arange(order + 1) <= j)[:, None]
+            Qm = jnp.where(mask, Q, 0.0)
+            w = w - Qm.T @ (Qm @ w)
+            w = w - Qm.T @ (Qm @ w)
+            b = jnp.linalg.norm(w)
+            return Q.at[j + 1].set(w / jnp.where(b > 0, b, 1.0)), alpha.at[j].set(a), beta.at[j].set(b)
+
+        Q, alpha, beta = jax.lax.fori_loop(0, order, body, (Q, jnp.zeros(order), jnp.zeros(order)))
+        theta = tridiag_eigvals(alpha, beta[:-1], jnp.arange(order))
+        scale = jnp.max(jnp.abs(alpha)) + 2.0 * jnp.max(beta) + 1e-300
+        S = jax.vmap(lambda t: _inverse_iteration(alpha, beta[:-1], t, scale), out_axes=1)(theta)
+        w = S[0] ** 2
+        return theta, w / jnp.sum(w)
+
+    nodes, weights = jax.vmap(one)(jax.random.split(key, probes))
+    return SLQResult(nodes=nodes, weights=weights)

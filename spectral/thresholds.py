@@ -1,0 +1,243 @@
+"""Feature-learning thresholds from the DMFT state: δ*(t) and δ_NN (THEORY §2).
+
+``δ*(t)`` is the smallest δ for which, with the DMFT law of ``(ζ, D)`` at time ``t`` *for
+that δ*, the Hessian has an outlier below the bulk whose eigenvector correlates with the
+hard subspace. Each δ needs its own DMFT: the DMFT runs ``vmap``ped over a δ grid with
+common random numbers (:func:`dmft.solve_sweep`), the outlier margin
+
+    margin(δ, t) = λ_min( A(λ_edge) ),    A(λ) = E[ζ² D (I + S(λ) D/δ)^{-1}] − λ I
+
+(negative ⇔ an outlier exists below the left edge, since every eigenvalue of ``A``
+decreases in λ) is computed per (δ, t), the sign change is bracketed on the grid, refined
+on a finer grid inside the bracket, and the root is located by linear interpolation of the
+margin. The Monte Carlo uncertainty comes from ``repeats`` independent keys.
+
+``δ_NN = lim_{t→∞} δ*(t)`` is reported from the trend of δ*(t) only when the first phase has
+converged (train error and δ*(t) stationary over the last part of the horizon); otherwise
+the result says so and ``delta_nn`` is None. (The stationary DMFT fixed point of THEORY §2
+"Long time" is not implemented yet.)
+
+Unbounded ``D`` (square loss on ``y = z²``): the strict limit has no left edge, hence no
+outlier and no finite δ*; the finite-n convention (law of ``D`` truncated at its ``1 − 1/n``
+quantile, ``n = δ d``) gives a d-dependent threshold. Every result records the convention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._errors import SpectralError
+from .law import BlockLaw, law_from_dmft
+from .outliers import outlier
+
+
+@dataclasses.dataclass
+class MarginCurve:
+    deltas: np.ndarray  # (D,)
+    times: tuple  # (T,)
+    margin: np.ndarray  # (D, T)
+    eigenvalue: np.ndarray  # (D, T) outlier location (nan where none)
+    edge: np.ndarray  # (D, T) left edge used
+    cosine2: np.ndarray  # (D, T)
+    train_error: np.ndarray  # (D, steps+1)
+    test_error: np.ndarray  # (D, steps+1)
+    convention: str
+    notes: list
+
+
+def _slice(traj, i):
+    return jax.tree.map(lambda x: x[i] if getattr(x, "ndim", 0) > 0 else x, traj)
+
+
+def truncate_fixed_shape(law: BlockLaw, n: int) -> BlockLaw:
+    """Finite-n convention (THEORY §2) with the sample count unchanged, so that repeated
+    solves do not recompile: samples whose smallest eigenvalue of ``D`` lies below the
+    weighted ``1/n`` quantile get weight 0 (their rows are replaced by a kept row so that no
+    singular ``I + S D/δ`` is ever formed), the rest are renormalized. Same law as
+    :func:`spectral.law.truncate`."""
+    Dn = np.asarray(law.D)
+    e = np.linalg.eigvalsh(Dn)[:, 0]
+    w = np.asarray(law.weights)
+    order = np.argsort(e)
+    cw = np.cumsum(w[order])
+    q = e[order][min(np.searchsorted(cw, 1.0 / n), len(cw) - 1)]
+    keep = e >= q
+    ref = int(np.argmax(keep))
+    D2 = np.where(keep[:, None, None], Dn, Dn[ref])
+    w2 = w * keep
+    w2 = w2 / w2.sum()
+    zeta = None if law.zeta is None else jnp.asarray(np.where(keep[:, None], np.asarray(law.zeta), np.asarray(law.zeta)[ref]))
+    return BlockLaw(D=jnp.asarray(D2), weights=jnp.asarray(w2), zeta=zeta,
+                    unbounded=tuple(s for s in law.unbounded if s != "bottom"),
+                    source=f"{law.source}; truncated at 1-1/n quantile (bottom), n={n}, {int((~keep).sum())} samples zero-weighted")
+
+
+def _law_at(problem, traj_i, t, delta, convention, d):
+    law = law_from_dmft(problem, traj_i, t)
+    if convention == "finite-n":
+        if d is None:
+            raise SpectralError("convention='finite-n' needs the dimension d (n = delta*d samples); pass d=...")
+        law = truncate_fixed_shape(law, int(round(delta * d)))
+    return law
+
+
+def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d=None, side="bottom"):
+    """Outlier margin, location, edge and cos² at each (δ, t) of a DMFT δ sweep
+    (``dmft.solve_sweep(..., save_samples_at=times)``), for one convention / dimension."""
+    D, T = len(deltas), len(times)
+    margin, ev, edge, cos2 = (np.full((D, T), np.nan) for _ in range(4))
+    notes = []
+    for i, dv in enumerate(np.asarray(deltas, float)):
+        tri = _slice(traj, i)
+        for j, t in enumerate(times):
+            law = _law_at(problem, tri, t, dv, convention, d)
+            if side in law.unbounded:
+                notes.append(f"delta={dv:.4g}, t={t}: support unbounded on the {side} (strict limit): no edge, no outlier")
+                margin[i, j] = np.inf
+                continue
+            res = outlier(law, float(dv), side=side, convention="strict", throw=False)
+            margin[i, j] = float(res.margin)
+            ev[i, j] = float(res.eigenvalue)
+            edge[i, j] = float(res.edge)
+            cos2[i, j] = float(res.cosine2)
+    return margin, ev, edge, cos2, notes
+
+
+def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
+                 side="bottom") -> MarginCurve:
+    """DMFT δ sweep (one compilation, common random numbers) and the outlier margin at each
+    requested time. ``convention``: "strict" or "finite-n" (needs ``d``)."""
+    import dmft
+
+    if convention not in ("strict", "finite-n"):
+        raise SpectralError(f"convention must be 'strict' or 'finite-n'; got {convention!r}.")
+    times = tuple(int(t) for t in times)
+    deltas = np.asarray(deltas, dtype=float)
+    traj = dmft.solve_sweep(problem, jnp.asarray(deltas), lr=lr, steps=steps, paths=paths, key=key,
+                            save_samples_at=times)
+    margin, ev, edge, cos2, notes = margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d, side=side)
+    return MarginCurve(deltas=deltas, times=times, margin=margin, eigenvalue=ev, edge=edge, cosine2=cos2,
+                       train_error=np.asarray(traj.train_error), test_error=np.asarray(traj.test_error),
+                       convention=convention, notes=notes)
+
+
+def _root_on_grid(deltas, margin):
+    """First sign change from margin ≥ 0 (no outlier) to < 0 (outlier); linear interpolation.
+    Returns (root, lo, hi) or (nan, nan, nan)."""
+    m = np.asarray(margin)
+    for i in range(1, len(deltas)):
+        if np.isfinite(m[i - 1]) and np.isfinite(m[i]) and m[i - 1] >= 0 > m[i]:
+            lo, hi = deltas[i - 1], deltas[i]
+            root = lo + (hi - lo) * m[i - 1] / (m[i - 1] - m[i])
+            return float(root), float(lo), float(hi)
+        if not np.isfinite(m[i - 1]) and np.isfinite(m[i]) and m[i] < 0:
+            return float("nan"), float(deltas[i - 1]), float(deltas[i])
+    return float("nan"), float("nan"), float("nan")
+
+
+@dataclasses.dataclass
+class DeltaStarResult:
+    times: tuple
+    delta_star: np.ndarray  # (T,) mean over repeats (nan where not bracketed)
+    delta_star_stderr: np.ndarray  # (T,)
+    per_repeat: np.ndarray  # (R, T)
+    bracket: np.ndarray  # (T, 2) coarse-grid bracket
+    delta_nn: Optional[float]
+    delta_nn_stderr: Optional[float]
+    status: str  # "converged" | "not-converged" | "no-bracket"
+    message: str
+    convention: str
+    coarse: MarginCurve
+    setting: dict
+    diagnostics: dict
+
+
+def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
+               refine: int = 6, repeats: int = 2, stationarity_tol: float = 0.02,
+               progress: Optional[Callable[[str], None]] = None) -> DeltaStarResult:
+    """δ*(t) at each of ``times`` and δ_NN from its trend.
+
+    1. coarse sweep over ``grid`` (key 0 of ``repeats``) -> margin curves and brackets;
+    2. per repeat r (independent keys), a fine sweep of ``refine`` points spanning the
+       union of brackets -> linear-interpolated roots per t;
+    3. δ*(t) = mean over repeats, s.e. = sd/√R; δ_NN = δ*(t_max) if both the train error
+       and δ*(t) are stationary over the last half of the horizon (relative change <
+       ``stationarity_tol``), else ``None`` with status "not-converged".
+    """
+    say = progress or (lambda s: None)
+    t0 = time.perf_counter()
+    grid = np.sort(np.asarray(grid, dtype=float))
+    if grid.size < 2:
+        raise SpectralError("grid needs at least two δ values.")
+    if np.any(grid <= 0):
+        raise SpectralError("grid values (δ) must be > 0.")
+    times = tuple(sorted(int(t) for t in times))
+    keys = [jax.random.fold_in(key, r) for r in range(repeats)]
+    say(f"coarse δ sweep: {len(grid)} points x {len(times)} times")
+    coarse = margin_curve(problem, grid, lr=lr, steps=steps, times=times, paths=paths, key=keys[0],
+                          convention=convention, d=d)
+    brackets = np.array([_root_on_grid(grid, coarse.margin[:, j])[1:] for j in range(len(times))])
+    ok = np.isfinite(brackets[:, 0])
+    if not ok.any():
+        allpos = np.all(~(coarse.margin < 0))
+        hint = (f"the margin is positive (no outlier) on the whole grid [{grid[0]:.3g}, {grid[-1]:.3g}]: try "
+                f"larger δ (e.g. up to {2 * grid[-1]:.3g})" if allpos else
+                f"an outlier exists already at δ = {grid[0]:.3g}: try smaller δ (down to {grid[0] / 2:.3g})")
+        if convention == "strict" and np.all(np.isinf(coarse.margin)):
+            hint = ("the support of D is unbounded below, so the strict limit has no edge and no outlier; use "
+                    "convention='finite-n' with the dimension d")
+        return DeltaStarResult(times=times, delta_star=np.full(len(times), np.nan),
+                               delta_star_stderr=np.full(len(times), np.nan), per_repeat=np.full((repeats, len(times)), np.nan),
+                               bracket=brackets, delta_nn=None, delta_nn_stderr=None, status="no-bracket",
+                               message=f"the δ grid never brackets the threshold: {hint}.", convention=convention,
+                               coarse=coarse, setting={}, diagnostics=dict(wall_s=time.perf_counter() - t0))
+    lo, hi = np.nanmin(brackets[ok, 0]), np.nanmax(brackets[ok, 1])
+    # widen by half a bracket on each side so independent keys still bracket their roots
+    pad = 0.5 * np.nanmax(brackets[ok, 1] - brackets[ok, 0])
+    lo, hi = max(lo - pad, 0.5 * lo), hi + pad
+    fine = np.linspace(lo, hi, refine)
+    per = np.full((repeats, len(times)), np.nan)
+    fine_curves = []
+    for r, kr in enumerate(keys):
+        say(f"refinement sweep {r + 1}/{repeats}: {refine} points in [{lo:.4g}, {hi:.4g}]")
+        mc = margin_curve(problem, fine, lr=lr, steps=steps, times=times, paths=paths, key=kr,
+                          convention=convention, d=d)
+        fine_curves.append(mc.margin.tolist())
+        for j in range(len(times)):
+            root, _, _ = _root_on_grid(fine, mc.margin[:, j])
+            if not np.isfinite(root):  # root outside the fine grid for this key: fall back to coarse grid of this key
+                root = _root_on_grid(grid, coarse.margin[:, j])[0] if r == 0 else np.nan
+            per[r, j] = root
+    ds = np.nanmean(per, axis=0)
+    se = np.nanstd(per, axis=0, ddof=1) / np.sqrt(np.sum(np.isfinite(per), axis=0)) if repeats > 1 else np.full(len(times), np.nan)
+    # stationarity of the first phase: train error and δ*(t) over the last half of the horizon
+    tr = coarse.train_error
+    half = steps // 2
+    tr_change = float(np.max(np.abs(tr[:, -1] - tr[:, half]) / np.maximum(np.abs(tr[:, half]), 1e-12)))
+    late = [j for j, t in enumerate(times) if t >= half]
+    ds_change = float(np.nanmax(np.abs(ds[late] - ds[late[-1]]) / ds[late[-1]])) if len(late) >= 2 and np.isfinite(ds[late[-1]]) else np.inf
+    converged = tr_change < stationarity_tol and ds_change < stationarity_tol
+    if converged:
+        dnn, dnn_se, status = float(ds[-1]), float(se[-1]), "converged"
+        msg = (f"δ_NN ≈ δ*(t={times[-1]}) = {ds[-1]:.4g} ± {se[-1]:.2g}: train error changed {tr_change:.2%} and δ*(t) "
+               f"{ds_change:.2%} over the last half of the horizon")
+    else:
+        dnn, dnn_se, status = None, None, "not-converged"
+        msg = (f"first phase not converged within {steps} steps (train error changed {tr_change:.2%}, δ*(t) changed "
+               f"{ds_change:.2%} over the last half; tolerance {stationarity_tol:.0%}): δ*(t) is reported as a curve, "
+               "δ_NN is not; increase steps/lr")
+    setting = dict(grid=grid.tolist(), refine_grid=fine.tolist(), lr=float(np.asarray(lr).mean()), steps=int(steps),
+                   times=list(times), paths=int(paths), repeats=int(repeats), convention=convention, d=d,
+                   stationarity_tol=stationarity_tol)
+    diag = dict(train_error_change_last_half=tr_change, delta_star_change_last_half=ds_change,
+                coarse_margin=coarse.margin.tolist(), fine_margins=fine_curves, notes=coarse.notes[:10],
+                wall_s=time.perf_counter() - t0)
+    return DeltaStarResult(times=times, delta_star=ds, delta_star_stderr=se, per_repeat=per, bracket=brackets,
+                           delta_nn=dnn, delta_nn_stderr=dnn_se, status=status, message=msg, convention=convention,
+                           coarse=coarse, setting=setting, diagnostics=diag)

@@ -1,0 +1,106 @@
+"""δ*(t) plumbing (DMFT sweep -> law of (ζ, D) -> outlier margin -> root), success-curve
+statistics and the deltann CLI. The comparison with GD is in benchmarks/bench_thresholds.py."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import dmft
+import spectral
+from dmft.cli import app
+from dmft.success import fifty_percent_point, hard_cosine
+from spectral.thresholds import _root_on_grid, delta_star, truncate_fixed_shape
+
+
+def test_root_on_grid_linear_interpolation():
+    deltas = np.array([1.0, 2.0, 3.0, 4.0])
+    root, lo, hi = _root_on_grid(deltas, 2.5 - deltas)  # margin > 0 below 2.5
+    assert (lo, hi) == (2.0, 3.0) and root == pytest.approx(2.5)
+    assert np.isnan(_root_on_grid(deltas, np.ones(4))[0])
+
+
+def test_fifty_percent_point():
+    root, se = fifty_percent_point(np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.25, 0.75]), seeds=8)
+    assert root == pytest.approx(2.5)
+    assert se == pytest.approx(np.sqrt(0.25 / 8) / 0.5)
+    M = jnp.array([[0.6, 0.8]])
+    assert float(hard_cosine(M, jnp.eye(2), (0,))) == pytest.approx(1.0 / np.sqrt(2.0))
+
+
+def test_fixed_shape_truncation_equals_dropping():
+    key = jax.random.key(0)
+    r = jax.random.normal(key, (3000, 1))
+    z = jax.random.normal(jax.random.key(1), (3000, 1))
+    D = 6 * r[:, :, None] ** 2 - 2 * z[:, :, None] ** 2  # quadratic student on phase retrieval at init
+    law = spectral.law_from_samples(D, zeta=z, unbounded=("bottom",))
+    a = spectral.outlier(spectral.truncate(law, 4000, "bottom"), 4.0, side="bottom", convention="strict", throw=False)
+    b = spectral.outlier(truncate_fixed_shape(law, 4000), 4.0, side="bottom", convention="strict", throw=False)
+    assert float(a.margin) == pytest.approx(float(b.margin), rel=1e-10)
+
+
+def pr_problem():
+    return dmft.Problem(
+        teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
+        student=dmft.TwoLayer(activation=lambda x: x**2, width=1, second_layer=jnp.ones(1)),
+        loss=dmft.square_loss,
+        init=dmft.Init(q0=jnp.eye(1), overlap=jnp.zeros((1, 1))),
+    )
+
+
+def test_delta_star_pipeline_and_initial_time():
+    """At t = 0 the DMFT law of (ζ, D) does not depend on δ (r = ω ~ N(0, 1), y = z²), so
+    δ*(0) from the sweep must equal the root of the margin computed directly from the same
+    samples; later times are reported as a curve, and an unconverged first phase gives no δ_NN."""
+    P = pr_problem()
+    res = delta_star(P, grid=[2.0, 4.0, 8.0, 16.0], lr=0.05, steps=4, times=(0, 4), paths=1024,
+                     key=jax.random.key(3), convention="finite-n", d=500, refine=4, repeats=2)
+    assert res.status in ("converged", "not-converged")
+    assert np.all(np.isfinite(res.delta_star))
+    assert np.all((res.delta_star >= 2.0) & (res.delta_star <= 16.0))
+    if res.status == "not-converged":
+        assert res.delta_nn is None and "not converged" in res.message
+    # direct margin at t = 0 from the same samples (key of repeat 0), at the coarse grid
+    tr = dmft.solve(P, delta=2.0, lr=0.05, steps=4, paths=1024, key=jax.random.fold_in(jax.random.key(3), 0), save_samples_at=(0,))
+    for i, dv in enumerate([2.0, 4.0, 8.0, 16.0]):
+        law = truncate_fixed_shape(spectral.law_from_dmft(P, tr, 0), int(round(dv * 500)))
+        m = float(spectral.outlier(law, dv, side="bottom", convention="strict", throw=False).margin)
+        assert m == pytest.approx(res.coarse.margin[i, 0], rel=1e-8, abs=1e-10)
+
+
+def test_grid_that_never_brackets_says_so():
+    P = pr_problem()
+    res = delta_star(P, grid=[0.2, 0.3], lr=0.05, steps=2, times=(2,), paths=256, key=jax.random.key(0),
+                     convention="finite-n", d=200, repeats=1)
+    assert res.status == "no-bracket" and "never brackets" in res.message and res.delta_nn is None
+
+
+runner = CliRunner()
+
+
+def test_cli_bad_activation_and_user_function():
+    r = runner.invoke(app, ["delta-nn", "--activation", "nosuch"])
+    assert r.exit_code == 2 and "does not exist" in r.output
+    r = runner.invoke(app, ["delta-nn", "--activation", "jax.numpy:sqrt"])
+    assert r.exit_code == 2 and "non-finite" in r.output
+    r = runner.invoke(app, ["delta-nn", "--activation", "nosuchmodule:f"])
+    assert r.exit_code == 2 and "cannot import" in r.output
+
+
+def test_cli_delta_nn_json(tmp_path):
+    out = tmp_path / "o.json"
+    args = ["delta-nn", "--steps", "4", "--times", "2,4", "--grid", "2,4,8,16", "--paths", "512", "--d", "500",
+            "--repeats", "2", "--stationarity-tol", "100", "--json", str(out)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    payload = json.loads(out.read_text())
+    for key in ("delta_nn", "delta_nn_stderr", "edge_convention", "setting", "diagnostics"):
+        assert key in payload
+    assert payload["edge_convention"] == "finite-n" and 2.0 <= payload["delta_nn"] <= 16.0
+    # an unconverged first phase exits non-zero and writes no JSON
+    out2 = tmp_path / "o2.json"
+    r = runner.invoke(app, args[:-4] + ["--stationarity-tol", "1e-9", "--json", str(out2)])
+    assert r.exit_code == 1 and not out2.exists()
