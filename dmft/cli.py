@@ -205,7 +205,7 @@ def delta_nn(
     init_scale: float = typer.Option(1.0, help="rows of sqrt(d) W0 ~ N(0, init_scale^2 I)"),
     train_second_layer: bool = typer.Option(False, "--train-second-layer/--frozen-second-layer"),
     power: float = typer.Option(2.0, help="p for relu-power"),
-    lr: float = typer.Option(0.05, help="GD step"),
+    lr: float = typer.Option(0.02, help="GD step"),
     steps: int = typer.Option(30, help="DMFT horizon (GD steps)"),
     times: str = typer.Option("", help="comma-separated steps for δ*(t) (default: steps/4, steps/2, 3steps/4, steps)"),
     grid: str = typer.Option("1,2,3,4,6,8,12,16", help="coarse δ grid"),

@@ -438,6 +438,8 @@ def solve(
 def warn_if_unstable(traj: Trajectory):
     import warnings
 
+    if isinstance(traj.unstable_fraction, jax.core.Tracer):  # inside a user's jit/vmap: nothing to report
+        return
     uf = np.asarray(traj.unstable_fraction)
     if uf.size and np.nanmax(uf) > 0:
         t = int(np.argmax(np.any(uf.reshape(-1, uf.shape[-1]) > 0, axis=0)))
@@ -450,6 +452,9 @@ def warn_if_unstable(traj: Trajectory):
 
 
 def raise_if_failed(traj: Trajectory):
+    if isinstance(traj.failed_step, jax.core.Tracer):
+        raise DMFTError("throw=True needs concrete results: inside jit/vmap call solve(..., throw=False) and "
+                        "check .failed_step yourself")
     fs = np.asarray(traj.failed_step)
     if fs.ndim == 0:
         if fs >= 0:

@@ -211,3 +211,11 @@ def truncate(law: BlockLaw, n: int, side: str, mode: str = "drop") -> BlockLaw:
                     zeta=None if law.zeta is None else law.zeta[idx],
                     unbounded=tuple(s for s in law.unbounded if s != side),
                     source=f"{law.source}; truncated at 1-1/n quantile ({side}), n={n}")
+
+
+def for_jit(law: BlockLaw) -> BlockLaw:
+    """The same law with an empty provenance string: ``source`` is a static field, so passing
+    laws with different provenance into a jitted solver would recompile it every time."""
+    if law.source == "":
+        return law
+    return BlockLaw(D=law.D, weights=law.weights, zeta=law.zeta, unbounded=law.unbounded, source="")

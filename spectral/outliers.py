@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
-from .law import BlockLaw
+from .law import BlockLaw, for_jit
 from .stieltjes import (_check_delta, _far_point, _f, _real_point, _resolve_convention, _sym,
                         _edge_core, blocks_B, linearization)
 
@@ -162,7 +162,7 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
                              residual=jnp.asarray(jnp.nan), iterations=jnp.asarray(0),
                              status=jnp.asarray(UNBOUNDED_SUPPORT), side=side, convention="strict",
                              setting=setting)
-    out = _outlier_core_jit(law_used, jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver,
+    out = _outlier_core_jit(for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver,
                             bisections, substeps)
     res = OutlierResult(*out, side=side, convention=conv, setting=setting)
     check_status(res.status, f"outlier(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))

@@ -32,7 +32,7 @@ from ._errors import (MAX_ITERS, NO_EDGE, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT,
 from ._linalg import solve_small
 
 SMALL_SOLVE_MAX_M = 8   # batched tiny solves as unrolled vectorized Gauss–Jordan (LAPACK per-matrix calls are slow under vmap)
-from .law import SIDES, BlockLaw, truncate
+from .law import SIDES, BlockLaw, for_jit, truncate
 
 # ------------------------------------------------------------------------------------
 # the map F and its derivative
@@ -204,7 +204,7 @@ def stieltjes(law: BlockLaw, lam, delta, eps=1e-3, *, tol=1e-10, max_steps=100, 
     lam_b, delta_b, eps_b = jnp.broadcast_arrays(jnp.asarray(lam, float), jnp.asarray(delta, float),
                                                  jnp.asarray(eps, float))
     shape = lam_b.shape
-    S, dens, its, res, conv, status = _stieltjes_grid(law, lam_b.ravel(), delta_b.ravel(), eps_b.ravel(),
+    S, dens, its, res, conv, status = _stieltjes_grid(for_jit(law), lam_b.ravel(), delta_b.ravel(), eps_b.ravel(),
                                                       tol, max_steps, damping, solver, stages)
     out = StieltjesResult(S=S.reshape(shape + S.shape[1:]), lam=lam_b, eps=eps_b, delta=delta_b,
                           density=dens.reshape(shape), iterations=its.reshape(shape),
@@ -368,7 +368,7 @@ def bulk_edge(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, t
                           rho=jnp.asarray(jnp.nan), bracket=jnp.asarray(0.0), iterations=jnp.asarray(0),
                           residual=jnp.asarray(jnp.nan), status=jnp.asarray(UNBOUNDED_SUPPORT),
                           side=side, convention="strict", setting=setting)
-    edge, S, rho, br, its, res, status = _edge_core_jit(law_used, jnp.asarray(delta, float), jnp.asarray(s), tol,
+    edge, S, rho, br, its, res, status = _edge_core_jit(for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol,
                                                         max_steps, damping, solver, bisections, substeps)
     out = EdgeResult(edge=edge, S=S, rho=rho, bracket=br, iterations=its, residual=res, status=status,
                      side=side, convention=conv, setting=setting)
