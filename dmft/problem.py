@@ -19,6 +19,11 @@ import numpy as np
 
 Array = jax.Array
 
+try:  # public alias; moved in some JAX versions
+    from jax.core import Tracer
+except ImportError:  # pragma: no cover
+    from jax._src.core import Tracer
+
 
 class ProblemError(ValueError):
     """A problem specification or an argument is invalid (the message names it)."""
@@ -260,7 +265,7 @@ class Problem(eqx.Module):
 
 
 def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+    return not isinstance(x, Tracer)
 
 
 def sample_grad(problem: Problem, y, r, a):

@@ -61,11 +61,15 @@ class SimulationResult(eqx.Module):
         return self.train_error_seeds.shape[0]
 
 
-def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_samples: int, random_overlap: bool, dtype):
+def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_samples: int, random_overlap: bool, dtype,
+             n_real=None):
     k, m = problem.k, problem.m
     st = problem.student
     kd, kw, kt = jax.random.split(key, 3)
     X, y = sample_data(problem, kd, d, n, dtype)
+    # padded samples (rows >= n_real) carry weight 0: one compilation serves every δ <= n/d
+    wts = (jnp.arange(n) < (n if n_real is None else n_real)).astype(dtype)
+    n_eff = jnp.sum(wts)
     W0 = init_weights(problem, kw, d, random_overlap, dtype)
     a0 = st.second_layer.astype(dtype)
     eta = eta.astype(dtype)
@@ -88,7 +92,7 @@ def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_sample
         ev, V = jnp.linalg.eigh(0.5 * (cperp + cperp.T))
         r_test = zt @ W[:k] + xit @ (V * jnp.sqrt(jnp.maximum(ev, 0.0))).T
         return dict(
-            train=jnp.mean(loss_v(y, R, a)),
+            train=jnp.sum(wts * loss_v(y, R, a)) / n_eff,
             test=jnp.mean(loss_v(yt, r_test, a)),
             overlap=W[:k],
             gram=W.T @ W,
@@ -99,9 +103,9 @@ def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_sample
         W, a = carry
         R = X @ W
         obs = observe(W, a, R)
-        g = grad_r(y, R, a).astype(dtype)
-        gW = X.T @ g / n + lam * W
-        ga = jnp.mean(grad_a(y, R, a), axis=0).astype(dtype) + lam_a * a
+        g = grad_r(y, R, a).astype(dtype) * wts[:, None]
+        gW = X.T @ g / n_eff + lam * W
+        ga = (jnp.sum(grad_a(y, R, a) * wts[:, None], axis=0) / n_eff).astype(dtype) + lam_a * a
         live = t < steps  # the last pass only observes W^T
         step_w = jnp.where(live, eta[t], 0.0).astype(dtype)
         step_a = jnp.where(live, eta_a[t], 0.0).astype(dtype)
@@ -125,6 +129,7 @@ def simulate(
     random_overlap: bool = False,
     seed_batch: Optional[int] = None,
     dtype=jnp.float64,
+    n_pad: Optional[int] = None,
 ) -> SimulationResult:
     """Full-batch GD at dimension ``d`` with ``n = round(δ d)`` samples, ``seeds`` independent
     draws of data and initialization (seed ``s`` uses ``jax.random.fold_in(key, s)``).
@@ -132,7 +137,9 @@ def simulate(
     ``lr`` is a scalar or a schedule of shape ``(steps,)``. ``random_overlap=True`` adds the
     ``O(d^{-1/2})`` random teacher overlap of an ordinary random init to ``M^0`` (default:
     exactly ``M^0``). ``return_weights=True`` keeps the final ``W`` (seeds, d, m) and ``a``.
-    Runs unchanged on GPU; ``dtype=jnp.float32`` halves memory there.
+    Runs unchanged on GPU; ``dtype=jnp.float32`` halves memory there. ``n_pad >= n``: draw
+    ``n_pad`` samples and give the extra ones weight 0, so a δ sweep at fixed ``d`` and
+    ``n_pad`` compiles once (the training set is then the first ``n`` of ``n_pad`` draws).
     """
     if not isinstance(d, (int, np.integer)) or d <= problem.k:
         raise ProblemError(f"d must be an int > k = {problem.k} (got {d!r}).")
@@ -151,12 +158,16 @@ def simulate(
         raise ProblemError(f"lr must be finite and > 0 (got {lr}).")
     check_finite_maps(problem)
     eta = _lr_schedule(lr, steps)
+    if n_pad is not None and (not isinstance(n_pad, (int, np.integer)) or n_pad < n):
+        raise ProblemError(f"n_pad must be an int >= n = round(delta*d) = {n} (got {n_pad!r}).")
+    n_arr = n if n_pad is None else int(n_pad)
     if seed_batch is None:
-        per_seed = 8 * (n * d + 4 * d * problem.m) * jnp.dtype(dtype).itemsize // 8
+        per_seed = (n_arr * d + 4 * d * problem.m) * jnp.dtype(dtype).itemsize
         seed_batch = int(max(1, min(seeds, 2_000_000_000 // max(per_seed, 1))))
     keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(jnp.arange(seeds))
-    obs, Wf, af = _simulate_jit(problem, keys, eta, d, n, steps, test_samples, random_overlap, dtype, seed_batch)
-    setting = dict(d=int(d), n=n, delta=delta_f, lr=lr_np.tolist(), steps=int(steps), seeds=int(seeds),
+    n_real = None if n_pad is None else jnp.asarray(n)
+    obs, Wf, af = _simulate_jit(problem, keys, eta, d, n_arr, steps, test_samples, random_overlap, dtype, seed_batch, n_real)
+    setting = dict(d=int(d), n=n, n_pad=n_pad, delta=delta_f, lr=lr_np.tolist(), steps=int(steps), seeds=int(seeds),
                    test_samples=int(test_samples), random_overlap=bool(random_overlap),
                    dtype=jnp.dtype(dtype).name, teacher_basis="first k coordinate axes")
     return SimulationResult(
@@ -173,8 +184,8 @@ def simulate(
 
 
 @eqx.filter_jit
-def _simulate_jit(problem, keys, eta, d, n, steps, test_samples, random_overlap, dtype, seed_batch):
-    one = jax.vmap(lambda kk: _run_one(problem, kk, d, n, eta, steps, test_samples, random_overlap, dtype))
+def _simulate_jit(problem, keys, eta, d, n, steps, test_samples, random_overlap, dtype, seed_batch, n_real=None):
+    one = jax.vmap(lambda kk: _run_one(problem, kk, d, n, eta, steps, test_samples, random_overlap, dtype, n_real))
     seeds = keys.shape[0]
     nb = -(-seeds // seed_batch)
     pad = nb * seed_batch - seeds
@@ -188,4 +199,5 @@ def simulation_data(problem: Problem, sim: SimulationResult, seed: int):
     """Rebuild the training data ``(X, y)`` of seed ``seed`` of a simulation (same keys)."""
     s = sim.setting
     kd, _, _ = jax.random.split(sim.seed_keys[seed], 3)
-    return sample_data(problem, kd, s["d"], s["n"], jnp.dtype(s["dtype"]))
+    X, y = sample_data(problem, kd, s["d"], s["n_pad"] or s["n"], jnp.dtype(s["dtype"]))
+    return X[: s["n"]], y[: s["n"]]

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .problem import Problem, ProblemError, check_finite_maps, sample_grad, sample_grad_a, sample_hessian
+from .problem import Problem, ProblemError, Tracer, check_finite_maps, sample_grad, sample_grad_a, sample_hessian
 
 MIN_PATHS = 64
 
@@ -119,7 +119,7 @@ def _validate(problem, delta, lr, steps, paths, save_samples_at, n_groups):
             f"teacher coordinates); use e.g. paths = {paths - paths % n_groups + n_groups}."
         )
     for name, v in (("delta", delta), ("lr", lr)):
-        if not isinstance(v, jax.core.Tracer):
+        if not isinstance(v, Tracer):
             arr = np.asarray(v, dtype=float)
             if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
                 raise ProblemError(f"{name} must be finite and > 0 (got {arr}).")
@@ -438,7 +438,7 @@ def solve(
 def warn_if_unstable(traj: Trajectory):
     import warnings
 
-    if isinstance(traj.unstable_fraction, jax.core.Tracer):  # inside a user's jit/vmap: nothing to report
+    if isinstance(traj.unstable_fraction, Tracer):  # inside a user's jit/vmap: nothing to report
         return
     uf = np.asarray(traj.unstable_fraction)
     if uf.size and np.nanmax(uf) > 0:
@@ -452,7 +452,7 @@ def warn_if_unstable(traj: Trajectory):
 
 
 def raise_if_failed(traj: Trajectory):
-    if isinstance(traj.failed_step, jax.core.Tracer):
+    if isinstance(traj.failed_step, Tracer):
         raise DMFTError("throw=True needs concrete results: inside jit/vmap call solve(..., throw=False) and "
                         "check .failed_step yourself")
     fs = np.asarray(traj.failed_step)
@@ -497,7 +497,7 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
 
 
 def _maybe_float(x):
-    if isinstance(x, jax.core.Tracer):
+    if isinstance(x, Tracer):
         return None
     a = np.asarray(x, dtype=float)
     return float(a) if a.ndim == 0 else a.tolist()

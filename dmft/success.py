@@ -73,9 +73,10 @@ def success_curve(problem: Problem, d: int, deltas, *, lr, steps: int, seeds: in
     record_every = record_every or max(1, steps // 200)
     rec = np.arange(0, steps + 1, record_every)
     succ, cosf, esc, cosc, testc, trainc = [], [], [], [], [], []
+    n_pad = int(round(float(deltas.max()) * d))  # one compilation for the whole δ grid
     for i, dv in enumerate(deltas):
         sim = simulate(problem, d=d, delta=float(dv), lr=lr, steps=steps, seeds=seeds, key=jax.random.fold_in(key, i),
-                       random_overlap=True, dtype=dtype, test_samples=test_samples)
+                       random_overlap=True, dtype=dtype, test_samples=test_samples, n_pad=n_pad)
         cos = np.asarray(hard_cosine(sim.overlap_seeds, sim.gram_seeds, hard))  # (seeds, steps+1)
         above = cos > threshold
         first = np.where(above.any(axis=1), above.argmax(axis=1), -1)

@@ -56,5 +56,6 @@ def check_status(status, what: str, throw: bool, ok=(SUCCESS,)):
 
 
 def is_concrete(x) -> bool:
-    import jax
-    return not isinstance(x, jax.core.Tracer)
+    from dmft.problem import Tracer
+
+    return not isinstance(x, Tracer)

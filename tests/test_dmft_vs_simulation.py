@@ -97,3 +97,29 @@ def test_simulate_matches_plain_numpy_gd():
     np.testing.assert_allclose(np.asarray(sim.W[0]), W, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(np.asarray(sim.a[0]), a, rtol=1e-10)
     np.testing.assert_allclose(np.asarray(sim.overlap_seeds[0, -1]), W[:1], rtol=1e-9)
+
+
+def test_padded_samples_give_the_same_gd():
+    """simulate(n_pad=...) (zero-weight padding, one compile per δ grid) runs the same GD as
+    an unpadded run on the same first n samples."""
+    prob = dmft.Problem(
+        teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
+        student=dmft.TwoLayer(activation=jnp.tanh, width=2, second_layer=jnp.ones(2) / 2, train_second_layer=True),
+        loss=dmft.square_loss,
+    )
+    kw = dict(d=30, delta=2.0, lr=0.1, steps=5, seeds=1, key=jax.random.key(0), return_weights=True)
+    padded = dmft.simulate(prob, n_pad=90, **kw)
+    X, y = dmft.simulation_data(prob, padded, 0)
+    assert X.shape == (60, 30)
+    n = 60
+    kd, kw_, _ = jax.random.split(padded.seed_keys[0], 3)
+    W = np.asarray(dmft.init_weights(prob, kw_, 30))
+    a = np.ones(2) / 2
+    X, y = np.asarray(X), np.asarray(y)
+    for _ in range(5):
+        R = X @ W
+        res = np.tanh(R) @ a - y
+        g = res[:, None] * a[None] * (1 - np.tanh(R) ** 2)
+        ga = (res[:, None] * np.tanh(R)).mean(0)
+        W, a = W - 0.1 * X.T @ g / n, a - 0.1 * ga
+    np.testing.assert_allclose(np.asarray(padded.W[0]), W, rtol=1e-9, atol=1e-12)
