@@ -204,8 +204,12 @@ def stieltjes(law: BlockLaw, lam, delta, eps=1e-3, *, tol=1e-10, max_steps=100, 
     lam_b, delta_b, eps_b = jnp.broadcast_arrays(jnp.asarray(lam, float), jnp.asarray(delta, float),
                                                  jnp.asarray(eps, float))
     shape = lam_b.shape
+    # λ points are vmapped in batches (lax.map(batch_size=...)) so that the per-sample
+    # intermediates (batch · N · m² complex) stay within a few GB on any device
+    per_point = max(1, law.size * law.m * law.m * 16 * 12)
+    batch = int(max(1, min(lam_b.size, 4_000_000_000 // per_point)))
     S, dens, its, res, conv, status = _stieltjes_grid(for_jit(law), lam_b.ravel(), delta_b.ravel(), eps_b.ravel(),
-                                                      tol, max_steps, damping, solver, stages)
+                                                      tol, max_steps, damping, solver, stages, batch)
     out = StieltjesResult(S=S.reshape(shape + S.shape[1:]), lam=lam_b, eps=eps_b, delta=delta_b,
                           density=dens.reshape(shape), iterations=its.reshape(shape),
                           residual=res.reshape(shape), converged=conv.reshape(shape),
@@ -217,11 +221,13 @@ def stieltjes(law: BlockLaw, lam, delta, eps=1e-3, *, tol=1e-10, max_steps=100, 
 
 
 @eqx.filter_jit
-def _stieltjes_grid(law, lam, delta, eps, tol, max_steps, damping, solver, stages):
+def _stieltjes_grid(law, lam, delta, eps, tol, max_steps, damping, solver, stages, batch=None):
     ev = jnp.linalg.eigvalsh(law.D)
     spread = jnp.max(ev) - jnp.min(ev)
     f = lambda l, d, e: _stieltjes_one(law, l, d, e, tol, max_steps, damping, solver, stages, spread)
-    return jax.vmap(f)(lam, delta, eps)
+    if batch is None or batch >= lam.shape[0]:
+        return jax.vmap(f)(lam, delta, eps)
+    return jax.lax.map(lambda args: f(*args), (lam, delta, eps), batch_size=batch)
 
 
 def density(law: BlockLaw, lam, delta, eps=1e-3, **kw):
