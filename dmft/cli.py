@@ -206,10 +206,11 @@ def delta_nn(
     train_second_layer: bool = typer.Option(False, "--train-second-layer/--frozen-second-layer"),
     power: float = typer.Option(2.0, help="p for relu-power"),
     lr: float = typer.Option(0.02, help="GD step"),
-    steps: int = typer.Option(30, help="DMFT horizon (GD steps)"),
+    steps: int = typer.Option(20, help="DMFT horizon (GD steps)"),
     times: str = typer.Option("", help="comma-separated steps for δ*(t) (default: steps/4, steps/2, 3steps/4, steps)"),
-    grid: str = typer.Option("1,2,3,4,6,8,12,16", help="coarse δ grid"),
-    paths: int = typer.Option(4096, help="DMFT Monte Carlo paths"),
+    grid: str = typer.Option("1.5,2.5,4,6,9,14", help="coarse δ grid"),
+    refine: int = typer.Option(4, help="points of the refinement sweep inside the bracket"),
+    paths: int = typer.Option(2048, help="DMFT Monte Carlo paths"),
     d: int = typer.Option(1000, help="dimension for the finite-n convention (n = δ d)"),
     convention: str = typer.Option("finite-n", help="finite-n or strict"),
     repeats: int = typer.Option(2, help="independent keys for the Monte Carlo uncertainty"),
@@ -246,7 +247,7 @@ def delta_nn(
 
         res = delta_star(problem, grid=g, lr=lr, steps=steps, times=ts, paths=paths, key=jax.random.key(seed),
                          convention=convention, d=d if convention == "finite-n" else None, repeats=repeats,
-                         stationarity_tol=stationarity_tol, progress=progress)
+                         refine=refine, stationarity_tol=stationarity_tol, progress=progress)
     wall = time.perf_counter() - t0
     if res.status == "no-bracket":
         typer.echo(f"error: {res.message}", err=True)
