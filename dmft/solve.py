@@ -362,37 +362,58 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
     )
 
 
-def _gamma_row(t, G_hist, R, eta, delta, cache_bytes: int = 2**19):
+def _gamma_row(t, G_hist, R, eta, delta, block: int = 8, cache_bytes: int = 2**20):
     """Σ_paths G^t P(t, s) for s = 0..T via the adjoint sweep (6).
 
     Per path, ``B_t = G^t`` and ``B_{s'} = −(η_{s'}/δ) [Σ_{s''>s'} B_{s''} R_θ(s'', s'+1)] G^{s'}``
-    for ``s' = t−1..0``; ``B_s = G^t P(t,s)``. Paths are processed in cache-sized chunks
-    (zero-padded: a zero ``G`` contributes nothing) with ``B`` laid out as (chunk, i, s, j)
-    so each update is one GEMM.
+    for ``s' = t−1..0``; ``B_s = G^t P(t,s)``. Blocked: for each block of ``block`` steps the
+    contributions of the already-computed ``B_{s''}`` (``s''`` above the block) come from one
+    GEMM, and only the within-block terms are sequential. Paths are processed in
+    cache-sized chunks on CPU (zero-padded: a zero ``G`` contributes nothing), in one chunk
+    on accelerators. Time is padded by ``block`` in front so blocks never start below 0.
     """
     paths, Tp, m, _ = G_hist.shape
+    b = block
+    Tq = Tp + b
     if jax.default_backend() != "cpu":  # accelerators: one chunk, the GEMMs are wide enough
         cache_bytes = 2**31
-    cs = int(max(16, min(paths, cache_bytes // (Tp * m * m * 8))))
+    cs = int(max(16, min(paths, cache_bytes // (Tq * m * m * 8))))
     nch = -(-paths // cs)
     pad = nch * cs - paths
     Gp = jnp.concatenate([G_hist, jnp.zeros((pad,) + G_hist.shape[1:], G_hist.dtype)]) if pad else G_hist
-    Gc = Gp.reshape((nch, cs) + G_hist.shape[1:])
+    Gp = jnp.pad(Gp, ((0, 0), (b, 0), (0, 0), (0, 0)))  # padded time index u = s + b
+    Gc = Gp.reshape((nch, cs, Tq, m, m))
+    Rp = jnp.pad(R.transpose(0, 2, 1, 3), ((b, 0), (0, 0), (b, 0), (0, 0)))  # [u'', j, c', k] = R(s'', c)[j, k]
+    etap = jnp.pad(eta, (b, 0))
+    nb = (t + b - 1) // b
 
     def chunk(G):
-        B0 = jnp.zeros((cs, m, Tp, m), G.dtype).at[:, :, t, :].set(G[:, t])
+        B = jnp.zeros((cs, m, Tq, m), G.dtype)
+        B = jax.lax.dynamic_update_slice(B, G[:, t + b][:, :, None, :], (0, 0, t + b, 0))
 
-        def back(i, B):
-            sp = t - 1 - i
-            acc = (B.reshape(cs * m, Tp * m) @ R[:, sp + 1].reshape(Tp * m, m)).reshape(cs, m, m)
-            Bsp = -(eta[sp] / delta) * jnp.einsum("nij,njk->nik", acc, G[:, sp])
-            return B.at[:, :, sp, :].set(Bsp)
+        def block_body(q, B):
+            hi = t - q * b  # block covers s' in [hi - b, hi); padded start LO = hi
+            LO = hi
+            Rcols = jax.lax.dynamic_slice(Rp, (0, 0, LO + 1, 0), (Tq, m, b, m))  # R(s'', s'+1), s' in block
+            far = (B.reshape(cs * m, Tq * m) @ Rcols.reshape(Tq * m, b * m)).reshape(cs, m, b, m)
+            Rin_all = jax.lax.dynamic_slice(Rp, (LO, 0, LO + 1, 0), (b, m, b, m))  # R(lo+kk, lo+jj+1)
+            Gblk = jax.lax.dynamic_slice(G, (0, LO, 0, 0), (cs, b, m, m))
+            eblk = jax.lax.dynamic_slice(etap, (LO,), (b,))
 
-        return jax.lax.fori_loop(0, t, back, B0).sum(0)
+            def inner(i, Bblk):
+                jj = b - 1 - i
+                acc = far[:, :, jj, :] + jnp.einsum("nikj,kjl->nil", Bblk, Rin_all[:, :, jj, :])
+                Bj = -(eblk[jj] / delta) * jnp.einsum("nij,njk->nik", acc, Gblk[:, jj])
+                Bj = jnp.where(hi - b + jj >= 0, Bj, 0.0)
+                return Bblk.at[:, :, jj, :].set(Bj)
 
-    S = jax.lax.map(chunk, Gc).sum(0)  # (m, Tp, m)
-    return S.transpose(1, 0, 2)
+            Bblk = jax.lax.fori_loop(0, b, inner, jnp.zeros((cs, m, b, m), G.dtype))
+            return jax.lax.dynamic_update_slice(B, Bblk, (0, 0, LO, 0))
 
+        return jax.lax.fori_loop(0, nb, block_body, B).sum(0)
+
+    S = jax.lax.map(chunk, Gc).sum(0)  # (m, Tq, m)
+    return S[:, b:, :].transpose(1, 0, 2)
 
 def solve(
     problem: Problem,
