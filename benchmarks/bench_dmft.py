@@ -8,13 +8,12 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import erf
 
 import dmft
 
 NAME = "dmft"
 
-gelu = lambda x: 0.5 * x * (1 + erf(x / jnp.sqrt(2.0)))  # noqa: E731
+from dmft.activations import gelu  # noqa: E402
 
 
 def tanh_problem():

@@ -94,12 +94,8 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
     for mm, dd, name in ((m, (1e-2, 1e-3), "L=3 square 2-layer"), (flows.feedforward((3, 2), "square"), (1e-1, 5e-2), "L=7 square 3-layer")):
         L = flows.check_degree(mm, X)
         kd = flows.kkt_points(mm, X, y, starts=16, key=jax.random.PRNGKey(4))[0]
-        hits = []
-        for dl in dd:
-            T = float(flows.time_shift(L, kd.value, dl))
-            ts = T * np.linspace(0.5, 1.5, 401)
-            fr = flows.gradient_flow(mm, kd.direction, X, y, t1=float(ts[-1]), ts=ts, delta=dl, rtol=1e-11)
-            hits.append(_hit_time(ts, fr.norm, 0.5))
+        hits = [flows.escape_time(mm, kd.direction, X, y, dl, L, kd.value, window=(0.5, 1.5), points=401, rtol=1e-11)
+                for dl in dd]
         slope = np.log(hits[1] / hits[0]) / np.log(dd[1] / dd[0])
         acc.append(_acc(f"escape time exponent d ln t_hit / d ln δ, {name}", -(L - 2), slope, 5, 0.05))
     # ---- 4. sparsity ----

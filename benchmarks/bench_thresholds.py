@@ -9,16 +9,15 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import erf
 
 import dmft
+from dmft import activations
 from dmft.success import success_curve
 from spectral.thresholds import _root_on_grid, margins_from_sweep
 
 NAME = "thresholds"
 
-gelu = lambda x: 0.5 * x * (1 + erf(x / jnp.sqrt(2.0)))  # noqa: E731
-ACTS = {"quadratic": lambda x: x**2, "gelu": gelu}
+ACTS = {"quadratic": activations.quadratic, "gelu": activations.gelu}
 
 
 def problem(act: str, m: int = 4):

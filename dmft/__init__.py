@@ -5,7 +5,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import success, sweep  # noqa: E402
+from . import activations, success, sweep  # noqa: E402
 from .simulate import SimulationResult, simulate, simulation_data  # noqa: E402
 from .solve import DMFTError, Trajectory, solve, solve_sweep  # noqa: E402
 from .data import empirical_risk, init_weights, sample_data  # noqa: E402
@@ -26,7 +26,7 @@ from .problem import (  # noqa: E402
 )
 
 __all__ = [
-    "success", "sweep", "SimulationResult", "simulate", "simulation_data", "DMFTError", "Trajectory", "solve", "solve_sweep",
+    "activations", "success", "sweep", "SimulationResult", "simulate", "simulation_data", "DMFTError", "Trajectory", "solve", "solve_sweep",
     "empirical_risk", "init_weights", "sample_data",
     "Init", "Problem", "ProblemError", "Teacher", "TwoLayer", "check_finite_maps",
     "committee_readout", "huber_loss", "logistic_loss", "sample_grad", "sample_grad_a",

@@ -97,7 +97,7 @@ def demo(
 # thresholds: delta-nn and simulate
 # ---------------------------------------------------------------------------------------
 
-ACTIVATION_NAMES = ("gelu", "relu", "tanh", "quadratic", "erf", "softplus", "relu-power")
+ACTIVATION_NAMES = ("gelu", "relu", "tanh", "quadratic", "erf", "softplus", "relu-power")  # dmft.activations
 TARGETS = ("phase-retrieval", "noisy-phase-retrieval", "abs", "easy-hard")
 
 
@@ -111,19 +111,11 @@ def make_activation(name: str, power: float = 2.0):
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.scipy.special import erf
 
-    table = {
-        "gelu": lambda x: 0.5 * x * (1 + erf(x / jnp.sqrt(2.0))),
-        "relu": jax.nn.relu,
-        "tanh": jnp.tanh,
-        "quadratic": lambda x: x**2,
-        "erf": erf,
-        "softplus": jax.nn.softplus,
-        "relu-power": lambda x: jax.nn.relu(x) ** power,
-    }
-    if name in table:
-        fn = table[name]
+    from . import activations
+
+    if name in activations.ACTIVATIONS or name == "relu-power":
+        fn = activations.get(name, power)
     elif ":" in name:
         mod, _, attr = name.partition(":")
         try:

@@ -18,13 +18,7 @@ for m, deltas, name in ((flows.deep_linear(3, 3), np.geomspace(1e-1, 1e-4, 5), "
                         (flows.feedforward((3, 2), "square"), np.geomspace(2e-1, 5e-2, 4), "square, 3 layers")):
     L = flows.check_degree(m, X)
     k = flows.kkt_points(m, X, y, starts=32, key=jax.random.PRNGKey(1))[0]
-    hits = []
-    for dl in deltas:
-        T = float(flows.time_shift(L, k.value, dl))
-        ts = T * np.linspace(0.3, 2.0, 400)
-        fr = flows.gradient_flow(m, k.direction, X, y, t1=float(ts[-1]), ts=ts, delta=float(dl), rtol=1e-10)
-        i = int(np.argmax(fr.norm >= 0.5))
-        hits.append(np.interp(0.5, fr.norm[i - 1:i + 1], ts[i - 1:i + 1]))
+    hits = [flows.escape_time(m, k.direction, X, y, float(dl), L, k.value) for dl in deltas]
     slope = np.polyfit(np.log(deltas), np.log(hits), 1)[0]
     print(f"{name}: L={L}, N={k.value:.4f}, slope d ln t_hit/d ln δ = {slope:.3f} (theory {-(L - 2)})")
     ax.loglog(deltas, hits, "o-", label=f"{name} (L={L:g}): slope {slope:.2f}")

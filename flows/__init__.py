@@ -19,7 +19,7 @@ from .linalg import hessian_eigs, lanczos, tangent_hessian_eigs  # noqa: E402
 from .kkt import KKTList, KKTPoint, analyze_kkt, kkt_from, kkt_points  # noqa: E402
 from .flow import FlowResult, SaddleResult, first_saddle, gradient_flow, log_times, residual_ncf  # noqa: E402
 from .limiting import (  # noqa: E402
-    LimitingResult, limiting_trajectory, ncf_blowup_time, p_asymptote, time_shift)
+    LimitingResult, escape_time, limiting_trajectory, ncf_blowup_time, p_asymptote, time_shift)
 
 from .sparsity import (  # noqa: E402
     SparsityScaling, ZeroPreserving, check_zero_preserved, sparsity_scaling, zero_preserving_subset)
@@ -33,5 +33,5 @@ __all__ = [
     "make_ncf", "square_loss", "hessian_eigs", "lanczos", "tangent_hessian_eigs", "KKTList",
     "KKTPoint", "analyze_kkt", "kkt_from", "kkt_points", "FlowResult", "SaddleResult",
     "first_saddle", "gradient_flow", "log_times", "residual_ncf", "LimitingResult", "limiting_trajectory",
-    "ncf_blowup_time", "p_asymptote", "time_shift",
+    "escape_time", "ncf_blowup_time", "p_asymptote", "time_shift",
 ]

@@ -37,6 +37,26 @@ def time_shift(L: float, N: float, delta):
     return 1.0 / (L * (L - 2.0) * N * delta ** (L - 2.0))
 
 
+def escape_time(model, direction, X, y, delta, L: float, N: float, *, level: float = 0.5, window=(0.3, 2.0),
+                points: int = 400, rtol: float = 1e-10, loss="square"):
+    """Time at which ‖w(t)‖ first reaches ``level`` for the flow started at ``δ·direction``
+    (linear interpolation on ``points`` save times in ``window × T_δ``). Raises FlowError
+    when the norm never reaches ``level`` inside the window."""
+    from .errors import FlowError
+    from .flow import gradient_flow
+
+    T = float(time_shift(L, N, delta))
+    ts = T * np.linspace(window[0], window[1], points)
+    fr = gradient_flow(model, direction, X, y, loss, t1=float(ts[-1]), ts=ts, delta=float(delta), rtol=rtol)
+    norms = np.asarray(fr.norm)
+    above = norms >= level
+    if not above.any() or above[0]:
+        raise FlowError(f"escape_time: ‖w‖ does not cross level={level} inside t ∈ [{ts[0]:.3g}, {ts[-1]:.3g}] "
+                        f"(δ={delta}); widen `window` or change `level`.")
+    i = int(np.argmax(above))
+    return float(np.interp(level, norms[i - 1:i + 1], ts[i - 1:i + 1]))
+
+
 def p_asymptote(L: float, N: float, t):
     """‖p(t)‖ as t → −∞: e^{2Nt} (L = 2); (L(L−2)N(−t))^{−1/(L−2)} (L > 2)."""
     t = np.asarray(t, dtype=np.float64)

@@ -22,9 +22,8 @@ def phase_retrieval(width=1, act=quadratic):
 def test_hard_overlap_stays_exactly_zero():
     """THEORY §1: with M^0 = 0 on a hard direction the estimator of E[z_hard g] must vanish
     exactly (antithetic pairs summed first), else it drifts (the prototype reached −0.07)."""
-    from jax.scipy.special import erf
+    from dmft.activations import gelu
 
-    gelu = lambda x: 0.5 * x * (1 + erf(x / jnp.sqrt(2.0)))  # noqa: E731
     prob = dmft.Problem(
         teacher=dmft.Teacher(link=lambda z, e: z[0] + (z[1] ** 2 - 1) + 0.2 * e[0], k=2, noise_dim=1),
         student=dmft.TwoLayer(activation=gelu, width=2, second_layer=jnp.array([1.0, -0.5])),
