@@ -1,0 +1,442 @@
+"""Stationary point of the DMFT: the ``t → ∞`` limit of GD when the first phase converges
+(THEORY §2 "Long time", derived here and checked against the dynamic DMFT and finite-d GD).
+
+If ``r^t → r``, ``g^t → g`` on every path and the propagators decay (time-translation
+invariance at late times), the memory sum of the data side becomes an integrated response
+and the parameter side a static linear response. With
+
+    V = (1/δ) Σ_{τ≥0} η R_θ(τ)            (m×m effective step of the data side)
+    χ = η Σ_{τ≥0} R_θ(τ) = (λ I + Γ)^{-1}  (integrated parameter-side response)
+
+the ``T×T`` kernels collapse to ``m×m`` unknowns ``(Q, V, M, a)``:
+
+    r = prox(b) :  r + V g(r) = b,   b = Mᵀz + ω,   ω ~ N(0, Q)                     (S1)
+    Γ = E[ D (I + V D)^{-1} ]            (static response ∂g/∂b, D = ∇²_r ℓ at r)   (S2)
+    χ = (λ I + Γ)^{-1},   V = χ / δ                                               (S3)
+    Q = χ C_g χᵀ / δ,     C_g = E[g gᵀ]                                            (S4)
+    λ M + E[z gᵀ] = 0,    λ_a a + E[∇_a ℓ] = 0 (if a is trained)                   (S5)
+
+(S1)–(S5) are the stationarity of the empirical risk in the proportional limit (for the
+square loss and a linear student they reduce to ridge regression: ``V = 1/(δ − 1)`` at
+``λ = 0``). They drop the ``R_θ(∞, 0) θ^0`` term, i.e. they assume the initialization is
+forgotten. Without ridge and below the interpolation point GD has flat directions and
+the limit remembers the initialization: there ``λ I + Γ`` loses positive definiteness or
+``V`` diverges, and the solver reports that instead of a number.
+
+Solver: damped fixed-point iteration on ``(Q, V, M, a)`` with Monte Carlo expectations
+over fixed samples (common random numbers; the hard teacher coordinates antithetic and
+their rows of ``E[z gᵀ]`` exactly zero, as in :func:`dmft.solve`), Newton for the
+per-sample prox (S1) warm-started across iterations, the ``M``/``a`` equations (S5)
+advanced by preconditioned steps (``M ← M − (λM + E[z gᵀ]) χ``). Everything runs in one
+``lax.while_loop`` under ``jit``; ``delta`` and the damping are traced, so sweeps over δ
+are one ``vmap`` and one compilation.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+
+from .problem import Problem, ProblemError, Tracer, sample_grad, sample_grad_a, sample_hessian
+from .solve import MIN_PATHS, _group_mean, _sign_patterns
+
+# status codes (diffrax/optimistix style: a code plus a message, never a silent number)
+RESIDUAL_TOL = 1e-7  # max |residual| of (S3)-(S5) accepted as converged (least-squares solver)
+PROX_TOL = 1e-8  # relative residual of r + V g(r) = b
+PROX_BAD_FRACTION = 1e-3  # fraction of samples allowed above PROX_TOL at convergence
+CONVERGED, MAX_ITERS, NOT_POSITIVE, DIVERGED, PROX_FAILED, NONFINITE = 0, 1, 2, 3, 4, 5
+STATUS_MESSAGES = {
+    CONVERGED: "converged",
+    MAX_ITERS: "no convergence within max_iters (oscillating or slow: try more iterations or smaller damping)",
+    NOT_POSITIVE: ("λI + Γ is not positive definite: no stationary point that forgets the initialization "
+                   "(flat directions / interpolation, or a saddle of the first phase); use the dynamic DMFT"),
+    DIVERGED: ("the effective step V diverges: GD interpolates (flat directions, roughly δ below the "
+               "interpolation point without ridge); the limit remembers the initialization"),
+    PROX_FAILED: "the per-sample prox r + V g(r) = b did not converge on some samples (non-convex loss∘readout)",
+    NONFINITE: "non-finite values in the iteration",
+}
+
+
+class Stationary(eqx.Module):
+    """Stationary DMFT state and diagnostics (leaves may carry a leading δ axis).
+
+    ``q`` = ``C_θ(∞,∞)``, ``response`` = ``V``, ``chi`` = ``(λI + Γ)^{-1}``, ``gamma`` = Γ,
+    ``overlap`` = ``M`` (k×m), ``second_layer`` = ``a``; observables ``train_error``,
+    ``test_error`` (with Monte Carlo standard errors ``*_stderr`` over the fixed samples),
+    ``gram`` = ``MᵀM + Q``. ``samples`` = dict(z, y, eps, r) of the effective
+    process at the fixed point (the law behind the Hessian blocks). ``status`` (see
+    ``STATUS_MESSAGES``), ``iterations``, ``residual`` (max relative change in the last
+    iteration), ``prox_residual`` (max over samples), ``min_prox_curvature`` (smallest
+    eigenvalue of ``V^{-1} + D`` over samples; ≤ 0 means the prox is not a local minimum).
+    """
+
+    q: jax.Array
+    response: jax.Array
+    chi: jax.Array
+    gamma: jax.Array
+    overlap: jax.Array
+    second_layer: jax.Array
+    train_error: jax.Array
+    test_error: jax.Array
+    train_error_stderr: jax.Array
+    test_error_stderr: jax.Array
+    gram: jax.Array
+    samples: dict
+    status: jax.Array
+    iterations: jax.Array
+    residual: jax.Array
+    prox_residual: jax.Array
+    min_prox_curvature: jax.Array
+    setting: Optional[dict] = None
+
+    @property
+    def converged(self):
+        return self.status == CONVERGED
+
+    def message(self) -> str:
+        st = np.atleast_1d(np.asarray(self.status))
+        return "; ".join(sorted({STATUS_MESSAGES[int(s)] for s in st}))
+
+
+def _sym(x):
+    return 0.5 * (x + jnp.swapaxes(x, -1, -2))
+
+
+def _psd_sqrt(c):
+    ev, U = jnp.linalg.eigh(_sym(c))
+    return U * jnp.sqrt(jnp.maximum(ev, 0.0))
+
+
+@eqx.filter_jit
+def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: int, hard: tuple, max_iters: int,
+                     newton_steps: int, response: str = "stein", restart: bool = True,
+                     solver: str = "least-squares"):
+    m, k = problem.m, problem.k
+    dt = jnp.float64
+    n_hard = len(hard)
+    G = 2**n_hard
+    Nb = paths // G
+    delta = jnp.asarray(delta, dt)
+    lam = problem.ridge.astype(dt)
+    lam_a = problem.ridge_second.astype(dt)
+    st = problem.student
+    train_a = st.train_second_layer
+    eye = jnp.eye(m, dtype=dt)
+
+    kz, ke, kxi, kf = jax.random.split(key, 4)
+    zb = jax.random.normal(kz, (Nb, k), dt)
+    z = (_sign_patterns(k, hard)[:, None, :] * zb[None]).reshape(paths, k)
+    epsb = problem.teacher.sample_noise(ke, (Nb,)).astype(dt)
+    eps = jnp.broadcast_to(epsb[None], (G,) + epsb.shape).reshape((paths,) + epsb.shape[1:])
+    y = problem.teacher.labels(z, eps)
+
+    def expand(x):
+        return jnp.broadcast_to(x[None], (G,) + x.shape).reshape((paths,) + x.shape[1:])
+
+    xi = expand(jax.random.normal(kxi, (Nb, m), dt))
+    xi_fresh = expand(jax.random.normal(kf, (Nb, m), dt))
+
+    def gmean(x):
+        return _group_mean(x.reshape((G, Nb) + x.shape[1:]), n_hard)
+
+    grad_r = jax.vmap(lambda yy, rr, aa: sample_grad(problem, yy, rr, aa), in_axes=(0, 0, None))
+    hess_r = jax.vmap(lambda yy, rr, aa: sample_hessian(problem, yy, rr, aa), in_axes=(0, 0, None))
+    grad_a = jax.vmap(lambda yy, rr, aa: sample_grad_a(problem, yy, rr, aa), in_axes=(0, 0, None))
+    hess_a = jax.vmap(lambda yy, rr, aa: jax.hessian(problem.sample_loss, argnums=2)(yy, rr, aa), in_axes=(0, 0, None))
+    loss_v = jax.vmap(problem.sample_loss, in_axes=(0, 0, None))
+    hard_rows = jnp.zeros((k,), bool).at[jnp.array(hard, dtype=int)].set(True) if hard else jnp.zeros((k,), bool)
+
+    def prox(b, V, a, r0):
+        """Per-sample prox: minimize φ(r) = ½(r−b)ᵀV^{-1}(r−b) + ℓ(y, F(r; a)) (its stationarity is
+        r + V g(r) = b) by Newton with a positive-definite shift of ∇²φ = V^{-1} + D (Levenberg–
+        Marquardt, via a batched m×m eigendecomposition) and backtracking on φ; warm start r0."""
+        Vinv = _sym(jnp.linalg.inv(V))
+        loss_b = jax.vmap(problem.sample_loss, in_axes=(0, 0, None))
+
+        def phi(r):
+            dr = r - b
+            return 0.5 * jnp.einsum("ni,ij,nj->n", dr, Vinv, dr) + loss_b(y, r, a)
+
+        def body(r, _):
+            gphi = (r - b) @ Vinv + grad_r(y, r, a)
+            H = Vinv + _sym(hess_r(y, r, a))
+            ev, U = jnp.linalg.eigh(H)
+            shift = jnp.maximum(1e-8 * jnp.abs(ev[:, -1:]) - ev[:, :1], 0.0) * 2.0
+            evs = ev + shift
+            step = jnp.einsum("nij,nj->ni", U, jnp.einsum("nji,nj->ni", U, gphi) / evs)
+            f0 = phi(r)
+            cands = jnp.stack([r - s * step for s in (1.0, 0.5, 0.25, 0.125, 1.0 / 32)])
+            fc = jnp.stack([phi(c) for c in cands])
+            fc = jnp.where(jnp.isfinite(fc), fc, jnp.inf)
+            best = jnp.argmin(fc, axis=0)
+            rn = jnp.take_along_axis(cands, best[None, :, None], axis=0)[0]
+            keep = jnp.min(fc, axis=0) <= f0
+            return jnp.where(keep[:, None], rn, r), None
+
+        r, _ = jax.lax.scan(body, r0, None, length=newton_steps)
+        res = r + grad_r(y, r, a) @ V.T - b
+        bad = jnp.sqrt(jnp.sum(res**2, -1)) > PROX_TOL * (1.0 + jnp.sqrt(jnp.sum(b**2, -1)))
+        return r, jnp.mean(bad.astype(dt))
+
+    def evaluate(state):
+        Q, V, M, a, r0 = state["Q"], state["V"], state["M"], state["a"], state["r"]
+        omega = xi @ jnp.linalg.cholesky(_sym(Q) + 1e-14 * jnp.trace(Q) * eye).T
+        b = z @ M + omega
+        r, pres = prox(b, V, a, b if (restart or r0 is None) else r0)
+        g = grad_r(y, r, a)
+        D = _sym(hess_r(y, r, a))
+        if response == "stein":
+            # Γ = ∂E[g]/∂b = E[g ωᵀ] Q^{-1} (Stein): includes the jumps of a non-convex prox
+            Gam = _sym(jnp.linalg.solve(_sym(Q), gmean(omega[:, :, None] * g[:, None, :])).T)
+        else:
+            # Γ = E[D (I + V D)^{-1}] (local Jacobian; exact when the prox is smooth in b)
+            J = eye + jnp.einsum("ij,njk->nik", V, D)
+            X = jnp.linalg.solve(jnp.swapaxes(J, -1, -2), D)  # ((D (I + V D)^{-1}))ᵀ
+            Gam = _sym(gmean(jnp.swapaxes(X, -1, -2)))
+        Cg = _sym(gmean(g[:, :, None] * g[:, None, :]))
+        Ezg = jnp.where(hard_rows[:, None], 0.0, gmean(z[:, :, None] * g[:, None, :]))
+        minJ = jnp.min(jnp.linalg.eigvalsh(_sym(jnp.linalg.inv(V)) + D))
+        return dict(r=r, g=g, D=D, Gam=Gam, Cg=Cg, Ezg=Ezg, pres=pres, minJ=minJ)
+
+    def update(state, ev):
+        Q, V, M, a = state["Q"], state["V"], state["M"], state["a"]
+        P = lam * eye + ev["Gam"]
+        evP, UP = jnp.linalg.eigh(_sym(P))
+        pmin = evP[0]
+        # transient iterates far from the fixed point can have an indefinite λI + Γ: clip its
+        # spectrum at a floor so the iteration can proceed; the status at the end requires the
+        # unclipped λI + Γ to be positive definite (checked on the final iterate)
+        floor = 1e-2 * jnp.maximum(evP[-1], 1e-12)
+        chi = _sym((UP / jnp.maximum(evP, floor)) @ UP.T)
+        V_new = chi / delta
+        Q_new = _sym(chi @ ev["Cg"] @ chi.T / delta)
+        M_new = M - (lam * M + ev["Ezg"]) @ chi
+        if train_a:
+            ga = jnp.mean(grad_a(y, ev["r"], a), axis=0) + lam_a * a
+            Ha = jnp.mean(hess_a(y, ev["r"], a), axis=0) + lam_a * jnp.eye(a.shape[0], dtype=dt)
+            a_new = a - jnp.linalg.solve(_sym(Ha) + 1e-12 * jnp.eye(a.shape[0], dtype=dt), ga)
+        else:
+            a_new = a
+        return dict(Q=Q_new, V=V_new, M=M_new, a=a_new), chi, pmin
+
+    def finish(state, code, it, res, pres, minJ, chi, Gam):
+        r = state["r"]
+        r_fresh = z @ state["M"] + xi_fresh @ _psd_sqrt(state["Q"]).T
+        # Monte Carlo s.e. from the antithetic-group means (the Nb groups are independent)
+        lt = loss_v(y, r, state["a"]).reshape(G, Nb).mean(0)
+        lf = loss_v(y, r_fresh, state["a"]).reshape(G, Nb).mean(0)
+        train, test = jnp.mean(lt), jnp.mean(lf)
+        train_se, test_se = jnp.std(lt, ddof=1) / jnp.sqrt(Nb), jnp.std(lf, ddof=1) / jnp.sqrt(Nb)
+        gram = state["M"].T @ state["M"] + state["Q"]
+        return Stationary(q=state["Q"], response=state["V"], chi=chi, gamma=Gam, overlap=state["M"],
+                          second_layer=state["a"], train_error=train, test_error=test, train_error_stderr=train_se,
+                          test_error_stderr=test_se, gram=gram,
+                          samples=dict(z=z, y=y, eps=eps, r=r), status=code, iterations=it, residual=res,
+                          prox_residual=pres, min_prox_curvature=minJ)
+
+    s0 = dict(Q=_sym(jnp.asarray(start["Q"], dt)), V=_sym(jnp.asarray(start["V"], dt)),
+              M=jnp.asarray(start["M"], dt), a=jnp.asarray(start["a"], dt))
+
+    if solver == "least-squares":
+        # residuals of (S3)–(S5) written without inverses (well conditioned near interpolation):
+        #   δ V P − I,  (δ P Q P − C_g)/‖C_g‖,  λM + E[z gᵀ],  λ_a a + E[∇_a ℓ],   P = λI + Γ
+        # unknowns Q = L_Q L_Qᵀ, V = L_V L_Vᵀ (Cholesky factors: positive definite by construction)
+        tril = jnp.tril(jnp.ones((m, m), dt))
+
+        def unpack(x):
+            LQ, LV = x["LQ"] * tril, x["LV"] * tril
+            return dict(Q=LQ @ LQ.T, V=LV @ LV.T, M=x["M"], a=x["a"] if train_a else s0["a"], r=None)
+
+        def residual(x, _):
+            st_ = unpack(x)
+            ev = evaluate(st_)
+            P = lam * eye + ev["Gam"]
+            out = dict(V=_sym(delta * st_["V"] @ P) - eye,
+                       Q=(delta * P @ st_["Q"] @ P - ev["Cg"]) / jax.lax.stop_gradient(jnp.max(jnp.abs(ev["Cg"])) + 1e-30),
+                       M=lam * st_["M"] + ev["Ezg"])
+            if train_a:
+                out["a"] = jnp.mean(grad_a(y, ev["r"], st_["a"]), axis=0) + lam_a * st_["a"]
+            return out
+
+        x0 = dict(LQ=jnp.linalg.cholesky(s0["Q"] + 1e-12 * eye), LV=jnp.linalg.cholesky(s0["V"] + 1e-12 * eye), M=s0["M"],
+                  a=s0["a"])
+        sol = optx.least_squares(residual, optx.LevenbergMarquardt(rtol=tol, atol=tol), x0, max_steps=max_iters,
+                                 throw=False)
+        st_ = unpack(sol.value)
+        ev = evaluate(st_)
+        st_["r"] = ev["r"]
+        P = lam * eye + ev["Gam"]
+        pmin = jnp.min(jnp.linalg.eigvalsh(_sym(P)))
+        resid = jax.tree.map(lambda v: jnp.max(jnp.abs(v)), residual(sol.value, None))
+        res = jnp.max(jnp.stack(jax.tree.leaves(resid)))
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(st_)]))
+        code = jnp.where(~finite, NONFINITE,
+                         jnp.where(jnp.max(jnp.abs(st_["V"])) > 1e6, DIVERGED,
+                                   jnp.where(ev["pres"] > PROX_BAD_FRACTION, PROX_FAILED,
+                                             jnp.where(res > RESIDUAL_TOL, MAX_ITERS,
+                                                       jnp.where(pmin > 0, CONVERGED, NOT_POSITIVE)))))
+        chi = _sym(jnp.linalg.inv(P))
+        return finish(st_, code, sol.stats["num_steps"], res, ev["pres"], ev["minJ"], chi, ev["Gam"])
+
+    def rel(new, old):
+        return jnp.max(jnp.abs(new - old)) / (1e-12 + jnp.max(jnp.abs(old)) + 1e-3 * jnp.max(jnp.abs(new)))
+
+    def cond(carry):
+        return (carry["it"] < max_iters) & (carry["code"] < 0)
+
+    def body(carry):
+        state = carry["state"]
+        ev = evaluate(state)
+        new, chi, pmin = update(state, ev)
+        res = jnp.max(jnp.stack([rel(new[n], state[n]) if state[n].size else jnp.asarray(0.0, dt)
+                                 for n in ("Q", "V", "M", "a")]))
+        mixed = {n: (1 - damping) * state[n] + damping * new[n] for n in ("Q", "V", "M", "a")}
+        mixed["r"] = ev["r"]
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in mixed.values()]))
+        vnorm = jnp.max(jnp.abs(state["V"]))
+        code = jnp.where(~finite, NONFINITE,
+                         jnp.where(vnorm > 1e6, DIVERGED,
+                                   jnp.where((res < tol) & (ev["pres"] <= PROX_BAD_FRACTION),
+                                             jnp.where(pmin > 0, CONVERGED, NOT_POSITIVE), -1)))
+        return dict(state=jax.tree.map(lambda o, n: jnp.where(finite, n, o), state, mixed), it=carry["it"] + 1,
+                    code=code, res=res, pres=ev["pres"], minJ=ev["minJ"], chi=chi, Gam=ev["Gam"])
+
+    s0 = dict(s0)
+    b0 = z @ s0["M"] + xi @ jnp.linalg.cholesky(s0["Q"] + 1e-14 * jnp.trace(s0["Q"]) * eye).T
+    s0["r"] = b0
+    carry0 = dict(state=s0, it=jnp.array(0), code=jnp.array(-1), res=jnp.array(jnp.inf, dt),
+                  pres=jnp.array(jnp.inf, dt), minJ=jnp.array(jnp.nan, dt), chi=eye, Gam=eye)
+    out = jax.lax.while_loop(cond, body, carry0)
+    code = jnp.where(out["code"] < 0, MAX_ITERS, out["code"])
+    code = jnp.where((code == MAX_ITERS) & (out["pres"] > PROX_BAD_FRACTION) & (out["res"] < tol), PROX_FAILED, code)
+    return finish(out["state"], code, out["it"], out["res"], out["pres"], out["minJ"], out["chi"], out["Gam"])
+
+
+def start_from_trajectory(traj, t: Optional[int] = None, delta=None) -> dict:
+    """Initial guess from a dynamic DMFT solution at step ``t`` (default: the last):
+    ``Q = C_θ(t,t)``, ``M = M^t``, ``a = a^t``, ``V = (1/δ) Σ_{s<t} η_s R_θ(t, s+1)``
+    (the memory kernel of the data side at ``t``). ``traj.setting`` supplies δ and η."""
+    t = traj.steps if t is None else int(t)
+    setting = traj.setting or {}
+    delta = setting.get("delta") if delta is None else delta
+    lr = setting.get("lr")
+    if delta is None or lr is None:
+        raise ProblemError("start_from_trajectory needs δ and lr: pass a trajectory from dmft.solve (its setting) or delta=.")
+    eta = np.broadcast_to(np.asarray(lr, float), (traj.steps,))
+    R = np.asarray(traj.R_theta)
+    V = sum(eta[s] * R[t, s + 1] for s in range(t)) / float(delta)
+    return dict(Q=np.asarray(traj.C_theta)[t, t], V=V, M=np.asarray(traj.overlap)[t], a=np.asarray(traj.second_layer)[t])
+
+
+class Warmup(eqx.Module):
+    """Start the iteration from a dynamic DMFT run of ``steps`` GD steps at step ``lr``
+    (``paths`` Monte Carlo paths) — THEORY's recommendation: the fixed point GD reaches is
+    the one continued from its own trajectory (the iteration from ``Q_0`` can land elsewhere
+    or diverge for non-convex problems)."""
+
+    lr: float
+    steps: int = eqx.field(static=True)
+    paths: int = eqx.field(static=True, default=1024)
+
+    def run(self, problem, delta, key):
+        from .solve import solve
+
+        traj = solve(problem, delta, self.lr, int(self.steps), int(self.paths), jax.random.fold_in(key, 7), throw=False)
+        return start_from_trajectory(traj, delta=delta)
+
+    def run_sweep(self, problem, deltas, key):
+        from .solve import solve_sweep
+
+        traj = solve_sweep(problem, deltas, self.lr, int(self.steps), int(self.paths), jax.random.fold_in(key, 7), throw=False)
+        T = int(self.steps)
+        eta = jnp.broadcast_to(jnp.asarray(self.lr, float), (T,))
+        R = traj.R_theta[:, T]  # (D, T+1, m, m) rows R(T, s)
+        V = jnp.einsum("s,dsij->dij", eta, R[:, 1:T + 1]) / jnp.asarray(deltas, float)[:, None, None]
+        return dict(Q=traj.C_theta[:, T, T], V=V, M=traj.overlap[:, T], a=traj.second_layer[:, T])
+
+
+def default_start(problem: Problem, delta) -> dict:
+    """Initialization of the iteration: ``Q = Q_0``, ``M = M^0``, ``a = a^0``, ``V = I/δ``."""
+    m = problem.m
+    return dict(Q=problem.init.q0, V=jnp.eye(m) / jnp.asarray(delta, float), M=problem.init.overlap,
+                a=problem.student.second_layer)
+
+
+def _validate(problem, delta, paths, damping, max_iters, n_groups, response="jacobian", solver="least-squares"):
+    if solver not in ("least-squares", "iterate"):
+        raise ProblemError(f"solver must be 'least-squares' (Levenberg–Marquardt on (S3)-(S5)) or 'iterate' (damped fixed point); got {solver!r}.")
+    if response not in ("stein", "jacobian"):
+        raise ProblemError(f"response must be 'stein' or 'jacobian' (got {response!r}).")
+    if not isinstance(paths, (int, np.integer)) or paths < MIN_PATHS or paths % n_groups:
+        raise ProblemError(f"paths must be an int >= {MIN_PATHS} and a multiple of {n_groups} (antithetic groups); got {paths!r}.")
+    if not isinstance(max_iters, (int, np.integer)) or max_iters < 1:
+        raise ProblemError(f"max_iters must be a positive int (got {max_iters!r}).")
+    for name, v, lo, hi in (("delta", delta, 0.0, np.inf), ("damping", damping, 0.0, 1.0)):
+        if not isinstance(v, Tracer):
+            arr = np.asarray(v, float)
+            if not np.all(np.isfinite(arr)) or np.any(arr <= lo) or np.any(arr > hi):
+                raise ProblemError(f"{name} must lie in ({lo}, {hi}] (got {arr}).")
+
+
+def stationary(problem: Problem, delta, *, paths: int = 8192, key=None, start=None, damping=0.5, tol=1e-9,
+               max_iters: int = 2000, newton_steps: int = 30, response: str = "jacobian", restart: bool = True,
+               solver: str = "least-squares", throw: bool = False) -> Stationary:
+    """Solve the stationary DMFT (S1)–(S5) at sample ratio ``delta``.
+
+    ``start``: a :class:`Warmup` (a dynamic DMFT run first; recommended), dict(Q, V, M, a)
+    (e.g. :func:`start_from_trajectory`), or None for :func:`default_start`. For a δ sweep use :func:`stationary_sweep` (one
+    compilation, common random numbers). ``throw=True`` raises on any status other than
+    converged; otherwise inspect ``result.status`` / ``result.message()``.
+    """
+    hard = problem.teacher.hard_coordinates()
+    _validate(problem, delta, paths, damping, max_iters, 2 ** len(hard), response, solver)
+    key = jax.random.key(0) if key is None else key
+    if start is None:
+        start = default_start(problem, delta)
+    elif isinstance(start, Warmup):
+        start = start.run(problem, delta, key)
+    res = _stationary_core(problem, jnp.asarray(delta, float), key, start, jnp.asarray(damping, float),
+                           jnp.asarray(tol, float), int(paths), hard, int(max_iters), int(newton_steps), response, bool(restart), solver)
+    res = eqx.tree_at(lambda s: s.setting, res, dict(delta=_f(delta), paths=int(paths), damping=_f(damping), tol=float(tol),
+                                                     max_iters=int(max_iters), newton_steps=int(newton_steps), response=response,
+                                                     restart=bool(restart), solver=solver, ridge=_f(problem.ridge), equations="THEORY §2 long time, (S1)-(S5) of dmft/stationary.py"),
+                      is_leaf=lambda x: x is None)
+    if throw and not isinstance(res.status, Tracer) and not bool(np.all(np.asarray(res.status) == CONVERGED)):
+        raise ProblemError(f"stationary DMFT at δ={_f(delta)}: {res.message()}")
+    return res
+
+
+def stationary_sweep(problem: Problem, deltas, *, paths: int = 8192, key=None, start=None, damping=0.5, tol=1e-9,
+                     max_iters: int = 2000, newton_steps: int = 30, response: str = "jacobian",
+                     restart: bool = True, solver: str = "least-squares") -> Stationary:
+    """:func:`stationary` ``vmap``ped over ``deltas`` with common random numbers. ``start``:
+    None (default start per δ) or a dict whose leaves have a leading δ axis."""
+    hard = problem.teacher.hard_coordinates()
+    deltas = jnp.asarray(deltas, float)
+    _validate(problem, deltas, paths, damping, max_iters, 2 ** len(hard), response, solver)
+    key = jax.random.key(0) if key is None else key
+    if start is None:
+        start = jax.vmap(lambda d: default_start(problem, d))(deltas)
+    elif isinstance(start, Warmup):
+        start = start.run_sweep(problem, deltas, key)
+    fn = jax.vmap(lambda d, s: _stationary_core(problem, d, key, s, jnp.asarray(damping, float), jnp.asarray(tol, float),
+                                                int(paths), hard, int(max_iters), int(newton_steps), response,
+                                                bool(restart), solver))
+    res = fn(deltas, start)
+    return eqx.tree_at(lambda s: s.setting, res, dict(deltas=np.asarray(deltas).tolist(), paths=int(paths),
+                                                      damping=_f(damping), tol=float(tol), max_iters=int(max_iters),
+                                                      newton_steps=int(newton_steps), response=response,
+                                                      restart=bool(restart), solver=solver, ridge=_f(problem.ridge)),
+                       is_leaf=lambda x: x is None)
+
+
+def _f(x):
+    if isinstance(x, Tracer):
+        return None
+    a = np.asarray(x, float)
+    return float(a) if a.ndim == 0 else a.tolist()
