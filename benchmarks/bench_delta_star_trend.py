@@ -36,7 +36,7 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
     import matplotlib.pyplot as plt
 
     S = dict(steps=96 if quick else 384, paths=1024 if quick else 8192, grid=[2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 11.0, 15.0],
-             lr=dict(gelu=0.5, quadratic=0.1), ds=[1000, 4000], keys=[0] if quick else [0, 1])
+             lr=dict(gelu=0.5, quadratic=0.1), ds=[1000], keys=[0, 1, 2])
     S["times"] = [S["steps"] // 8, S["steps"] // 4, S["steps"] // 2, 3 * S["steps"] // 4, S["steps"]]
     setting = dict(S, problem="phase retrieval y=z^2, m=4, a=1/4 frozen, Q0=I, square loss, ridge 0",
                    convention="finite-n (D truncated at its 1-1/n quantile, n=δd)",
@@ -60,21 +60,23 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
                 res.setdefault(d, []).append(dict(delta_star=roots, margin=marg.tolist(), outlier=ev.tolist(),
                                                   edge=edge.tolist(), cosine2=cos2.tolist()))
             tr = np.asarray(traj.train_error)
-            data.setdefault(act_name, {})["train_error"] = tr[:, S["times"]].tolist()
+            data.setdefault(act_name, {})["train_error"] = tr[:, S["times"]].tolist()  # last key
             data[act_name]["max_step_curvature"] = np.asarray(jnp.max(traj.max_step_curvature, axis=-1)).tolist()
             data[act_name]["unstable_fraction_max"] = np.asarray(jnp.max(traj.unstable_fraction, axis=-1)).tolist()
         half = S["times"].index(S["steps"] // 2)
         for d in S["ds"]:
             ds_ = np.array([r["delta_star"] for r in res[d]])  # (keys, times)
             mean = np.nanmean(ds_, axis=0)
+            se = np.nanstd(ds_, axis=0, ddof=1) / np.sqrt(np.sum(np.isfinite(ds_), axis=0)) if len(S["keys"]) > 1 else np.full(mean.shape, np.nan)
             late = mean[half:]
             change = float(np.nanmax(np.abs(late - late[-1])) / late[-1]) if np.all(np.isfinite(late)) else None
             data[act_name][f"d={d}"] = dict(times=S["times"], physical_time=[t * lr for t in S["times"]],
-                                            delta_star=mean.tolist(), per_key=res[d],
+                                            delta_star=mean.tolist(), delta_star_stderr=se.tolist(),
+                                            delta_star_per_key=ds_.tolist(), per_key=res[d],
                                             delta_star_change_last_half=change,
                                             beyond_grid=[bool(np.all(np.asarray(r["margin"])[:, j] >= 0)) for r in res[d]
                                                          for j in range(len(S["times"]))][-len(S["times"]):])
-            axes[0].plot(np.array(S["times"]) * lr, mean, "s-", label=f"{act_name}, n=δ·{d}")
+            axes[0].errorbar(np.array(S["times"]) * lr, mean, se, fmt="s-", label=f"{act_name} ({len(S['keys'])} keys)")
         tr = np.asarray(data[act_name]["train_error"])
         data[act_name]["train_change_last_half"] = (np.abs(tr[:, -1] - tr[:, half]) / tr[:, half]).tolist()
         ax = axes[1] if act_name == "gelu" else axes[2]
