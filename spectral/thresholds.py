@@ -14,8 +14,10 @@ margin. The Monte Carlo uncertainty comes from ``repeats`` independent keys.
 
 ``δ_NN = lim_{t→∞} δ*(t)`` is reported from the trend of δ*(t) only when the first phase has
 converged (train error and δ*(t) stationary over the last part of the horizon); otherwise
-the result says so and ``delta_nn`` is None. (The stationary DMFT fixed point of THEORY §2
-"Long time" is not implemented yet.)
+the result says so and ``delta_nn`` is None. (The stationary DMFT of THEORY §2 "Long time" is
+``dmft.stationary``; it is not used here yet because for the non-convex per-sample problems
+where a negative outlier can exist — e.g. square loss on ``y = z²`` — its prox has several
+branches and it reports failure; see docs/dmft.md.)
 
 Unbounded ``D`` (square loss on ``y = z²``): the strict limit has no left edge, hence no
 outlier and no finite δ*; the finite-n convention (law of ``D`` truncated at its ``1 − 1/n``
