@@ -71,3 +71,19 @@ def test_committed_dmft_agreement_and_reproduction():
     tr = dmft.solve(P, delta=2.0, lr=0.2, steps=10, paths=8192, key=jax.random.key(77))
     assert float(tr.overlap[10, 0, 0]) == pytest.approx(committed["theory"], abs=4 * 0.0035)
     assert float(tr.overlap[10, 0, 0]) == pytest.approx(committed["simulation"], abs=4 * 0.0035 + 3 * committed["sim_stderr"] + 0.01)
+
+
+def test_committed_stationary_rows():
+    """The committed stationary benchmark: every row agrees, the OLS response V = 1/(δ−1) is
+    exact, and V at δ = 3 recomputed now (D ≡ 1: no Monte Carlo in V) equals the committed one."""
+    from dmft.stationary import stationary
+
+    res = _load("stationary")
+    assert res["accuracy"] and all(r["agree"] for r in res["accuracy"])
+    rows = {r["quantity"]: r for r in res["accuracy"]}
+    r3 = rows["OLS δ=3: V (closed form)"]
+    assert abs(r3["theory"] - 0.5) < 1e-9
+    lin = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] + 0.5 * e[0], k=1, noise_dim=1),
+                       student=dmft.TwoLayer(activation=lambda r: r, width=1, second_layer=jnp.ones(1)))
+    now = stationary(lin, 3.0, paths=1024, max_iters=50)
+    assert float(now.response[0, 0]) == pytest.approx(r3["theory"], abs=1e-9)
