@@ -139,6 +139,28 @@ def _sign_patterns(k, hard):
     return jnp.asarray(pats)
 
 
+def _antithetic_inputs(problem, key, paths: int, hard: tuple, dt):
+    """Fixed randomness of the data side shared by :func:`solve` and ``dmft.stationary``:
+    teacher inputs with every sign pattern of the hard coordinates (groups of ``2^h``
+    paths sharing ``z``'s other coordinates, the noise ``ε`` and the Gaussian fields), labels.
+    Returns the keys of the field noise and fresh (test) noise, ``z`` (paths, k), ``ε``,
+    ``y`` (paths,), and ``expand`` mapping per-group draws (Nb, ...) to all paths."""
+    k = problem.k
+    G = 2 ** len(hard)
+    Nb = paths // G
+    kz, ke, kxi, kf = jax.random.split(key, 4)
+    zb = jax.random.normal(kz, (Nb, k), dt)
+    z = _sign_patterns(k, hard)[:, None, :] * zb[None]  # (G, Nb, k)
+    epsb = problem.teacher.sample_noise(ke, (Nb,)).astype(dt)
+    eps = jnp.broadcast_to(epsb[None], (G,) + epsb.shape)
+    y = problem.teacher.labels(z, eps)  # (G, Nb)
+
+    def expand(noise_b):  # (Nb, ...) -> (paths, ...), shared across the antithetic group
+        return jnp.broadcast_to(noise_b[None], (G,) + noise_b.shape).reshape((paths,) + noise_b.shape[1:])
+
+    return kxi, kf, z.reshape(paths, k), eps.reshape((paths,) + epsb.shape[1:]), y.reshape(paths), expand
+
+
 def _group_mean(x, n_hard):
     """Mean over paths laid out as (G, Nb, ...): sum the sign-flip axes one at a time (each a
     single exact pairwise add, so antisymmetric terms cancel exactly), then average."""
@@ -166,18 +188,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
     eye = jnp.eye(m, dtype=dt)
 
     # --- fixed randomness: teacher inputs, noise, labels (antithetic groups) -----------
-    kz, ke, kxi, kf = jax.random.split(key, 4)
-    zb = jax.random.normal(kz, (Nb, k), dt)
-    signs = _sign_patterns(k, hard)  # (G, k)
-    z = signs[:, None, :] * zb[None]  # (G, Nb, k)
-    epsb = problem.teacher.sample_noise(ke, (Nb,)).astype(dt)
-    eps = jnp.broadcast_to(epsb[None], (G,) + epsb.shape)
-    y = problem.teacher.labels(z, eps)  # (G, Nb)
-    zf = z.reshape(paths, k)
-    yf = y.reshape(paths)
-
-    def expand(noise_b):  # (Nb, m) -> (paths, m), shared across the antithetic group
-        return jnp.broadcast_to(noise_b[None], (G,) + noise_b.shape).reshape((paths,) + noise_b.shape[1:])
+    kxi, kf, zf, epsf, yf, expand = _antithetic_inputs(problem, key, paths, hard, dt)
 
     def gmean(x):  # exact-symmetric mean over paths of x (paths, ...)
         return _group_mean(x.reshape((G, Nb) + x.shape[1:]), n_hard)
@@ -341,7 +352,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
     Mh = out["M"]
     gram = jnp.einsum("tki,tkj->tij", Mh, Mh) + out["C"][tidx, tidx]
     samples = {
-        int(t): dict(z=zf, y=yf, eps=eps.reshape((paths,) + epsb.shape[1:]), r=out["r"][:, int(t)])
+        int(t): dict(z=zf, y=yf, eps=epsf, r=out["r"][:, int(t)])
         for t in save_at
     }
     return Trajectory(

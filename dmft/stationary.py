@@ -43,7 +43,7 @@ import numpy as np
 import optimistix as optx
 
 from .problem import Problem, ProblemError, Tracer, sample_grad, sample_grad_a, sample_hessian
-from .solve import MIN_PATHS, _group_mean, _sign_patterns
+from .solve import MIN_PATHS, _antithetic_inputs, _group_mean
 
 # status codes (diffrax/optimistix style: a code plus a message, never a silent number)
 RESIDUAL_TOL = 1e-7  # max |residual| of (S3)-(S5) accepted as converged (least-squares solver)
@@ -107,15 +107,16 @@ def _sym(x):
     return 0.5 * (x + jnp.swapaxes(x, -1, -2))
 
 
-def _psd_sqrt(c):
-    ev, U = jnp.linalg.eigh(_sym(c))
-    return U * jnp.sqrt(jnp.maximum(ev, 0.0))
+def _chol(c):
+    """Cholesky factor of a covariance (tiny relative jitter; differentiable, unlike an
+    eigendecomposition at degenerate eigenvalues)."""
+    c = _sym(c)
+    return jnp.linalg.cholesky(c + 1e-14 * jnp.trace(c) * jnp.eye(c.shape[-1], dtype=c.dtype))
 
 
 @eqx.filter_jit
 def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: int, hard: tuple, max_iters: int,
-                     newton_steps: int, response: str = "stein", restart: bool = True,
-                     solver: str = "least-squares"):
+                     newton_steps: int, response: str, restart: bool, solver: str):
     m, k = problem.m, problem.k
     dt = jnp.float64
     n_hard = len(hard)
@@ -128,15 +129,7 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
     train_a = st.train_second_layer
     eye = jnp.eye(m, dtype=dt)
 
-    kz, ke, kxi, kf = jax.random.split(key, 4)
-    zb = jax.random.normal(kz, (Nb, k), dt)
-    z = (_sign_patterns(k, hard)[:, None, :] * zb[None]).reshape(paths, k)
-    epsb = problem.teacher.sample_noise(ke, (Nb,)).astype(dt)
-    eps = jnp.broadcast_to(epsb[None], (G,) + epsb.shape).reshape((paths,) + epsb.shape[1:])
-    y = problem.teacher.labels(z, eps)
-
-    def expand(x):
-        return jnp.broadcast_to(x[None], (G,) + x.shape).reshape((paths,) + x.shape[1:])
+    kxi, kf, z, eps, y, expand = _antithetic_inputs(problem, key, paths, hard, dt)
 
     xi = expand(jax.random.normal(kxi, (Nb, m), dt))
     xi_fresh = expand(jax.random.normal(kf, (Nb, m), dt))
@@ -185,7 +178,7 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
 
     def evaluate(state):
         Q, V, M, a, r0 = state["Q"], state["V"], state["M"], state["a"], state["r"]
-        omega = xi @ jnp.linalg.cholesky(_sym(Q) + 1e-14 * jnp.trace(Q) * eye).T
+        omega = xi @ _chol(Q).T
         b = z @ M + omega
         r, pres = prox(b, V, a, b if (restart or r0 is None) else r0)
         g = grad_r(y, r, a)
@@ -226,7 +219,7 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
 
     def finish(state, code, it, res, pres, minJ, chi, Gam):
         r = state["r"]
-        r_fresh = z @ state["M"] + xi_fresh @ _psd_sqrt(state["Q"]).T
+        r_fresh = z @ state["M"] + xi_fresh @ _chol(state["Q"]).T
         # Monte Carlo s.e. from the antithetic-group means (the Nb groups are independent)
         lt = loss_v(y, r, state["a"]).reshape(G, Nb).mean(0)
         lf = loss_v(y, r_fresh, state["a"]).reshape(G, Nb).mean(0)
@@ -307,7 +300,7 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
                     code=code, res=res, pres=ev["pres"], minJ=ev["minJ"], chi=chi, Gam=ev["Gam"])
 
     s0 = dict(s0)
-    b0 = z @ s0["M"] + xi @ jnp.linalg.cholesky(s0["Q"] + 1e-14 * jnp.trace(s0["Q"]) * eye).T
+    b0 = z @ s0["M"] + xi @ _chol(s0["Q"]).T
     s0["r"] = b0
     carry0 = dict(state=s0, it=jnp.array(0), code=jnp.array(-1), res=jnp.array(jnp.inf, dt),
                   pres=jnp.array(jnp.inf, dt), minJ=jnp.array(jnp.nan, dt), chi=eye, Gam=eye)
@@ -327,10 +320,16 @@ def start_from_trajectory(traj, t: Optional[int] = None, delta=None) -> dict:
     lr = setting.get("lr")
     if delta is None or lr is None:
         raise ProblemError("start_from_trajectory needs δ and lr: pass a trajectory from dmft.solve (its setting) or delta=.")
-    eta = np.broadcast_to(np.asarray(lr, float), (traj.steps,))
-    R = np.asarray(traj.R_theta)
-    V = sum(eta[s] * R[t, s + 1] for s in range(t)) / float(delta)
-    return dict(Q=np.asarray(traj.C_theta)[t, t], V=V, M=np.asarray(traj.overlap)[t], a=np.asarray(traj.second_layer)[t])
+    return _state_at(traj, t, lr, delta)
+
+
+def _state_at(traj, t: int, lr, delta) -> dict:
+    """(Q, V, M, a) at step ``t`` of a trajectory (leaves may have a leading δ axis):
+    ``V = (1/δ) Σ_{s<t} η_s R_θ(t, s+1)``."""
+    eta = jnp.broadcast_to(jnp.asarray(lr, float), (traj.steps,))[:t]
+    R = traj.R_theta[..., t, 1:t + 1, :, :]  # R_θ(t, s+1), s = 0..t-1
+    V = jnp.einsum("s,...sij->...ij", eta, R) / jnp.asarray(delta, float)[..., None, None]
+    return dict(Q=traj.C_theta[..., t, t, :, :], V=V, M=traj.overlap[..., t, :, :], a=traj.second_layer[..., t, :])
 
 
 class Warmup(eqx.Module):
@@ -353,11 +352,7 @@ class Warmup(eqx.Module):
         from .solve import solve_sweep
 
         traj = solve_sweep(problem, deltas, self.lr, int(self.steps), int(self.paths), jax.random.fold_in(key, 7), throw=False)
-        T = int(self.steps)
-        eta = jnp.broadcast_to(jnp.asarray(self.lr, float), (T,))
-        R = traj.R_theta[:, T]  # (D, T+1, m, m) rows R(T, s)
-        V = jnp.einsum("s,dsij->dij", eta, R[:, 1:T + 1]) / jnp.asarray(deltas, float)[:, None, None]
-        return dict(Q=traj.C_theta[:, T, T], V=V, M=traj.overlap[:, T], a=traj.second_layer[:, T])
+        return _state_at(traj, int(self.steps), self.lr, deltas)
 
 
 def default_start(problem: Problem, delta) -> dict:
