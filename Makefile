@@ -22,4 +22,7 @@ test: install
 bench-quick: install
 	$(BIN)/python -m benchmarks run --quick
 
-.PHONY: install run test bench-quick
+bench: install
+	$(BIN)/python -m benchmarks run
+
+.PHONY: install run test bench-quick bench

@@ -18,6 +18,7 @@ import numpy as np
 
 import dmft
 from dmft import activations
+from dmft.stationary import _state_at
 from spectral.thresholds import _root_on_grid, margins_from_sweep
 
 NAME = "delta_star_trend"
@@ -29,7 +30,8 @@ def problem(act, m=4):
                         loss=dmft.square_loss)
 
 
-def run(quick: bool, outdir: pathlib.Path) -> dict:
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,7 +39,11 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
 
     S = dict(steps=96 if quick else 384, paths=1024 if quick else 8192, grid=[2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 11.0, 15.0],
              lr=dict(gelu=0.5, quadratic=0.1), ds=[1000], keys=[0, 1, 2])
+    if tiny:
+        S.update(steps=32, paths=256, keys=[0, 1], grid=[2.0, 3.0, 4.0, 6.0, 9.0, 15.0])
     S["times"] = [S["steps"] // 8, S["steps"] // 4, S["steps"] // 2, 3 * S["steps"] // 4, S["steps"]]
+    if tiny:
+        S["times"] = [S["steps"] // 4, S["steps"] // 2, S["steps"]]
     setting = dict(S, problem="phase retrieval y=z^2, m=4, a=1/4 frozen, Q0=I, square loss, ridge 0",
                    convention="finite-n (D truncated at its 1-1/n quantile, n=δd)",
                    caveat=("the truncation only resolves n when paths >> n; with paths < n no sample is removed and "
@@ -63,6 +69,11 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
             data.setdefault(act_name, {})["train_error"] = tr[:, S["times"]].tolist()  # last key
             data[act_name]["max_step_curvature"] = np.asarray(jnp.max(traj.max_step_curvature, axis=-1)).tolist()
             data[act_name]["unstable_fraction_max"] = np.asarray(jnp.max(traj.unstable_fraction, axis=-1)).tolist()
+            # integrated response V(t) = (1/δ) Σ_s η R_θ(t, s+1) (the stationary DMFT's V): it converges
+            # iff the first phase does; growth in t = slow dynamics / no stationary point to continue to
+            data[act_name]["V_trace_max_eig"] = [
+                np.linalg.eigvalsh(np.asarray(_state_at(traj, t, lr, jnp.asarray(S["grid"]))["V"])).max(-1).tolist()
+                for t in S["times"]]
         half = S["times"].index(S["steps"] // 2)
         for d in S["ds"]:
             ds_ = np.array([r["delta_star"] for r in res[d]])  # (keys, times)

@@ -80,7 +80,8 @@ def _rows(label, dm, sim, times, d, seeds, quantities, allowance):
     return rows
 
 
-def run(quick: bool, outdir: pathlib.Path) -> dict:
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,6 +92,8 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
 
     # ---- A. tanh, m = 1, warm start (THEORY §1 prototype) --------------------------
     sA = dict(delta=2.0, lr=0.2, steps=40, paths=100_000 if quick else 400_000, d=2000, seeds=4 if quick else 8)
+    if tiny:
+        sA.update(paths=20_000, d=1000)
     setting["tanh_m1"] = dict(sA, problem="y=tanh(2z)+0.3eps, sigma=tanh, m=1, a=1 frozen, q0=0.5, M0=0.3, square loss")
     P = tanh_problem()
     dm = _dmft_two_keys(P, sA["paths"], delta=sA["delta"], lr=sA["lr"], steps=sA["steps"])
@@ -115,6 +118,8 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
 
     # ---- B. m = 2 GeLU, easy + hard direction ---------------------------------------
     sB = dict(delta=3.0, lr=0.1, steps=60, paths=40_000 if quick else 200_000, d=4000, seeds=6 if quick else 12)
+    if tiny:
+        sB.update(paths=20_000, d=2000, seeds=4)
     setting["gelu_m2_easy_hard"] = dict(sB, problem="y=z1+(z2^2-1)+0.2eps, erf-GeLU m=2, a=(1,-0.5) frozen, Q0=I, M0=0")
     P = easy_hard_problem()
     dm = _dmft_two_keys(P, sB["paths"], delta=sB["delta"], lr=sB["lr"], steps=sB["steps"])
@@ -137,6 +142,8 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
 
     # ---- C. phase retrieval, quadratic and GeLU students (first phase) --------------
     sC = dict(delta=2.0, lr=0.02, steps=100, paths=40_000 if quick else 200_000, d=2000, seeds=4 if quick else 8)
+    if tiny:
+        sC.update(paths=10_000, d=1000, steps=60)
     setting["phase_retrieval"] = dict(sC, problem="y=z^2, m=1, a=1 frozen, Q0=1, M0=0, square loss; students x^2 and erf-GeLU")
     ax = axes[1, 0]
     for act, nm, c in ((lambda x: x**2, "quadratic", "C0"), (gelu, "GeLU", "C1")):
@@ -144,7 +151,7 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
         dm = _dmft_two_keys(P, sC["paths"], delta=sC["delta"], lr=sC["lr"], steps=sC["steps"])
         simC = dmft.simulate(P, d=sC["d"], delta=sC["delta"], lr=sC["lr"], steps=sC["steps"], seeds=sC["seeds"],
                              key=jax.random.key(3), test_samples=2**16)
-        acc += _rows(f"phase retrieval {nm}", dm, simC, [10, 50, 100], sC["d"], sC["seeds"],
+        acc += _rows(f"phase retrieval {nm}", dm, simC, [10, sC["steps"] // 2, sC["steps"]], sC["d"], sC["seeds"],
                      [("train_error", ()), ("test_error", ())], dict(train_error=0.02, test_error=0.02))
         acc.append(dict(quantity=f"phase retrieval {nm}: max_t η·λ_max(D)/δ over DMFT paths (stable < 2)", theory=float(np.max(dm["_curv"])), simulation=None, sim_stderr=None, d=None, seeds=None, tolerance=2.0, agree=bool(np.max(dm["_curv"]) < 2)))
         ts = np.arange(sC["steps"] + 1)
@@ -157,6 +164,8 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
 
     # ---- D. η → 0 at fixed physical time t·η ----------------------------------------
     etas = [0.4, 0.2, 0.1, 0.05] if quick else [0.4, 0.2, 0.1, 0.05, 0.025]
+    if tiny:
+        etas = [0.4, 0.2, 0.1]
     horizon = 4.0
     P = tanh_problem()
     curves = {}
@@ -187,22 +196,30 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
 
     # ---- E. finite-size scaling of the discrepancy ----------------------------------
     ds = [250, 500, 1000, 2000] if quick else [250, 500, 1000, 2000, 4000, 8000]
+    if tiny:
+        ds = [250, 500, 1000]
     P = tanh_problem()
-    ref_tr = dmft.solve(P, delta=2.0, lr=0.2, steps=40, paths=200_000, key=jax.random.key(21))
+    ref_paths = 50_000 if tiny else 200_000
+    ref_tr = dmft.solve(P, delta=2.0, lr=0.2, steps=40, paths=ref_paths, key=jax.random.key(21))
     Mref = float(ref_tr.overlap[-1, 0, 0])
     disc, discse = [], []
     for d in ds:
-        seeds = 16 if d <= 1000 else 8
+        seeds = 4 if tiny else 16 if d <= 1000 else 8
         s = dmft.simulate(P, d=d, delta=2.0, lr=0.2, steps=40, seeds=seeds, key=jax.random.key(30 + d))
         disc.append(float(s.overlap[-1, 0, 0]) - Mref)
         discse.append(float(s.overlap_stderr[-1, 0, 0]))
     slope = float(np.polyfit(np.log(ds), np.log(np.abs(disc)), 1)[0])
-    setting["finite_size"] = dict(ds=ds, quantity="M at t=40 (tanh m=1 case)", dmft_paths=200_000)
-    acc.append(dict(quantity="finite size: exponent of |M_GD(d) − M_DMFT| vs d", theory=-1.0, simulation=slope, sim_stderr=None,
-                    d=ds[-1], seeds=8, tolerance=0.6, agree=bool(abs(slope + 1) < 0.6)))
+    setting["finite_size"] = dict(ds=ds, quantity="M at t=40 (tanh m=1 case)", dmft_paths=ref_paths,
+                                  seeds=[4 if tiny else 16 if d <= 1000 else 8 for d in ds])
+    if tiny:  # 4 seeds per d: the discrepancies are within the seed noise, the fit is not a measurement
+        acc.append(dict(quantity="finite size: exponent of |M_GD(d) − M_DMFT| vs d (quick: noise-dominated, not assessed)",
+                        theory=-1.0, simulation=slope, sim_stderr=None, d=ds[-1], seeds=4, tolerance=None, agree=None))
+    else:
+        acc.append(dict(quantity="finite size: exponent of |M_GD(d) − M_DMFT| vs d", theory=-1.0, simulation=slope, sim_stderr=None,
+                        d=ds[-1], seeds=8, tolerance=0.6, agree=bool(abs(slope + 1) < 0.6)))
     for d, v, se in zip(ds, disc, discse):
         acc.append(dict(quantity=f"finite size: M_GD − M_DMFT at t=40, d={d}", theory=0.0, simulation=v, sim_stderr=se,
-                        d=d, seeds=16 if d <= 1000 else 8, tolerance=None, agree=None))
+                        d=d, seeds=4 if tiny else 16 if d <= 1000 else 8, tolerance=None, agree=None))
     ax = axes[1, 2]
     ax.errorbar(ds, np.abs(disc), discse, fmt="o-")
     ax.set_xscale("log")
@@ -245,6 +262,8 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
 
     # DMFT vs simulation at equal error bars
     T, Np = (100, 20_000) if quick else (200, 100_000)
+    if tiny:
+        T, Np = 60, 10_000
     P = easy_hard_problem()
     dmft.solve(P, delta=3.0, lr=0.1, steps=T, paths=Np, key=jax.random.key(60), save_samples_at=(T,))
     tr, t_dm = _timed(dmft.solve, P, delta=3.0, lr=0.1, steps=T, paths=Np, key=jax.random.key(61), save_samples_at=(T,))

@@ -52,7 +52,8 @@ def _euler_steps_for(model, w0, X, y, delta, t1, target_err, ref, max_pow=18):
     return None, err, el
 
 
-def run(quick: bool, outdir: pathlib.Path) -> dict:
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     outdir = pathlib.Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     acc, perf = [], []

@@ -15,7 +15,8 @@ import dmft
 NAME = "smoke"
 
 
-def run(quick: bool, outdir: pathlib.Path) -> dict:
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     import matplotlib
 
     matplotlib.use("Agg")

@@ -26,7 +26,8 @@ def _row(q, th, sim, se, d, seeds, tol):
                 d=int(d), seeds=int(seeds), tolerance=float(tol), agree=bool(abs(th - sim) <= tol))
 
 
-def run(quick: bool, outdir: pathlib.Path) -> dict:
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -61,7 +62,7 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
 
     # ---- m = 2 toy law: bulk KS and outlier vs dense eigh ----------------------------------
     delta = 6.0
-    N = 50_000 if quick else 200_000
+    N = 20_000 if tiny else 50_000 if quick else 200_000
     k1, k2 = jax.random.split(jax.random.key(0))
     zeta = jax.random.normal(k1, (N,))
     law = spectral.law_from_samples(toy_D(zeta, jax.random.normal(k2, (N, 2))), zeta=zeta, unbounded=())
@@ -117,13 +118,13 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
     # ---- THEORY §2 DMFT-state check ------------------------------------------------------
     prob = dmft.Problem(pr, dmft.TwoLayer(activation=lambda r: r**2, width=1, second_layer=jnp.ones(1)))
     dl, lr, steps = 8.0, 0.01, 40
-    paths = 20_000 if quick else 100_000
+    paths = 10_000 if tiny else 20_000 if quick else 100_000
     dmft_note = ""
     try:
         t0 = time.perf_counter()
         traj = dmft.solve(prob, dl, lr, steps, paths, jax.random.key(7), save_samples_at=(steps,))
         lawd = spectral.law_from_dmft(prob, traj, steps)
-        dd = 1000 if quick else 2000
+        dd = 500 if tiny else 1000 if quick else 2000
         n = int(dl * dd)
         o = spectral.outlier(lawd, dl, "bottom", convention="finite-n", n=n, throw=False)
         sseeds = 2 if quick else 4

@@ -23,7 +23,8 @@ def _row(q, th, th_se, sim, sim_se, d, seeds, tol):
                 d=d, seeds=seeds, tolerance=float(tol), agree=bool(abs(float(th) - float(sim)) <= tol))
 
 
-def run(quick: bool, outdir: pathlib.Path) -> dict:
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,6 +33,8 @@ def run(quick: bool, outdir: pathlib.Path) -> dict:
     S = dict(paths=16384 if quick else 65536, d=400 if quick else 1000, seeds=4, gd_steps=400, gd_lr=1.0,
              dyn=dict(lr=1.0, steps=40, paths=2048), logistic=dict(delta=2.0, ridge=0.1, link="sign(z + 0.3 eps)"),
              ols=dict(deltas=[2.0, 3.0, 5.0], sigma=SIG))
+    if tiny:
+        S.update(paths=2048, d=200)
     acc, perf, diag = [], [], {}
 
     # ---- 1. ordinary least squares: closed forms ----------------------------------------

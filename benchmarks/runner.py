@@ -1,6 +1,12 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Each ``benchmarks/bench_<name>.py`` exposes ``NAME`` and ``run(quick, outdir) -> dict`` with
+Three sizes (``MODES``): ``quick`` (~10 min for the whole suite on a 2-core CPU; written to
+``benchmarks/results/quick/`` so it never overwrites the committed numbers), ``standard``
+(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``,
+~35 min on 2 cores) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
+``benchmarks/results/gpu/``).
+
+Each ``benchmarks/bench_<name>.py`` exposes ``NAME`` and ``run(mode, outdir) -> dict`` with
 keys ``setting``, ``accuracy`` (rows: quantity, theory, simulation, sim_stderr, d, seeds,
 tolerance, agree), ``performance`` (rows: what, value, unit, ratio, note) and ``figure``.
 The runner adds provenance (versions, device, date, mode, wall time), writes
@@ -21,6 +27,11 @@ import traceback
 
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+MODES = ("quick", "standard", "full")
+
+
+def default_outdir(mode: str) -> pathlib.Path:
+    return RESULTS / "quick" if mode == "quick" else RESULTS
 
 
 def discover() -> list[str]:
@@ -59,18 +70,22 @@ def _jsonable(x):
     return x
 
 
-def run(names=None, quick=True, outdir: pathlib.Path | None = None, regenerate=True) -> dict:
-    outdir = pathlib.Path(outdir) if outdir else RESULTS
+def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, regenerate=True) -> dict:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
+    outdir = pathlib.Path(outdir) if outdir else default_outdir(mode)
     outdir.mkdir(parents=True, exist_ok=True)
     names = names or discover()
-    mode = "quick" if quick else "full"
+    unknown = sorted(set(names) - set(discover()) - {"smoke"})
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; available: {discover()}")
     done = {}
     for name in names:
         mod = importlib.import_module(f"benchmarks.bench_{name}")
         print(f"== benchmark {name} ({mode})", flush=True)
         t0 = time.perf_counter()
         try:
-            res = mod.run(quick, outdir)
+            res = mod.run(mode, outdir)
             status = "ok"
         except Exception as exc:  # a failing benchmark is recorded, not hidden
             traceback.print_exc()
@@ -148,8 +163,9 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", default=True, help="CPU-sized (~10 min on 2 cores)")
+    g.add_argument("--quick", action="store_true", help="reduced sizes, ~10 min on 2 cores; writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
+    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~35 min on 2 cores)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
     r.add_argument("--outdir", type=pathlib.Path, default=None)
     sub.add_parser("report", help="regenerate RESULTS.md from the JSON files")
@@ -160,7 +176,7 @@ def main(argv=None):
     elif a.cmd == "report":
         print(write_results_md())
     else:
-        run(a.only, quick=not a.full, outdir=a.outdir)
+        run(a.only, mode="quick" if a.quick else "full" if a.full else "standard", outdir=a.outdir)
 
 
 if __name__ == "__main__":

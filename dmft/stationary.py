@@ -42,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from .problem import Problem, ProblemError, Tracer, sample_grad, sample_grad_a, sample_hessian
+from .problem import Problem, ProblemError, Tracer
+from .prox import make_prox, per_sample_maps
 from .solve import MIN_PATHS, _antithetic_inputs, _group_mean
 
 # status codes (diffrax/optimistix style: a code plus a message, never a silent number)
@@ -137,41 +138,13 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
     def gmean(x):
         return _group_mean(x.reshape((G, Nb) + x.shape[1:]), n_hard)
 
-    grad_r = jax.vmap(lambda yy, rr, aa: sample_grad(problem, yy, rr, aa), in_axes=(0, 0, None))
-    hess_r = jax.vmap(lambda yy, rr, aa: sample_hessian(problem, yy, rr, aa), in_axes=(0, 0, None))
-    grad_a = jax.vmap(lambda yy, rr, aa: sample_grad_a(problem, yy, rr, aa), in_axes=(0, 0, None))
-    hess_a = jax.vmap(lambda yy, rr, aa: jax.hessian(problem.sample_loss, argnums=2)(yy, rr, aa), in_axes=(0, 0, None))
-    loss_v = jax.vmap(problem.sample_loss, in_axes=(0, 0, None))
+    f = per_sample_maps(problem)
+    grad_r, hess_r, grad_a, hess_a, loss_v = f["grad_r"], f["hess_r"], f["grad_a"], f["hess_a"], f["loss"]
     hard_rows = jnp.zeros((k,), bool).at[jnp.array(hard, dtype=int)].set(True) if hard else jnp.zeros((k,), bool)
+    prox_r = make_prox(problem, y, newton_steps)
 
     def prox(b, V, a, r0):
-        """Per-sample prox: minimize φ(r) = ½(r−b)ᵀV^{-1}(r−b) + ℓ(y, F(r; a)) (its stationarity is
-        r + V g(r) = b) by Newton with a positive-definite shift of ∇²φ = V^{-1} + D (Levenberg–
-        Marquardt, via a batched m×m eigendecomposition) and backtracking on φ; warm start r0."""
-        Vinv = _sym(jnp.linalg.inv(V))
-        loss_b = jax.vmap(problem.sample_loss, in_axes=(0, 0, None))
-
-        def phi(r):
-            dr = r - b
-            return 0.5 * jnp.einsum("ni,ij,nj->n", dr, Vinv, dr) + loss_b(y, r, a)
-
-        def body(r, _):
-            gphi = (r - b) @ Vinv + grad_r(y, r, a)
-            H = Vinv + _sym(hess_r(y, r, a))
-            ev, U = jnp.linalg.eigh(H)
-            shift = jnp.maximum(1e-8 * jnp.abs(ev[:, -1:]) - ev[:, :1], 0.0) * 2.0
-            evs = ev + shift
-            step = jnp.einsum("nij,nj->ni", U, jnp.einsum("nji,nj->ni", U, gphi) / evs)
-            f0 = phi(r)
-            cands = jnp.stack([r - s * step for s in (1.0, 0.5, 0.25, 0.125, 1.0 / 32)])
-            fc = jnp.stack([phi(c) for c in cands])
-            fc = jnp.where(jnp.isfinite(fc), fc, jnp.inf)
-            best = jnp.argmin(fc, axis=0)
-            rn = jnp.take_along_axis(cands, best[None, :, None], axis=0)[0]
-            keep = jnp.min(fc, axis=0) <= f0
-            return jnp.where(keep[:, None], rn, r), None
-
-        r, _ = jax.lax.scan(body, r0, None, length=newton_steps)
+        r = prox_r(b, V, a, r0)
         res = r + grad_r(y, r, a) @ V.T - b
         bad = jnp.sqrt(jnp.sum(res**2, -1)) > PROX_TOL * (1.0 + jnp.sqrt(jnp.sum(b**2, -1)))
         return r, jnp.mean(bad.astype(dt))

@@ -17,7 +17,7 @@ RESULTS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "resul
 
 
 def test_smoke_benchmark_end_to_end(tmp_path):
-    out = runner.run(["smoke"], quick=True, outdir=tmp_path)
+    out = runner.run(["smoke"], mode="quick", outdir=tmp_path)
     res = json.loads((tmp_path / "smoke.json").read_text())
     assert res["status"] == "ok" and res == json.loads(json.dumps(out["smoke"]))
     assert res["provenance"]["jax"] and res["accuracy"][0]["agree"] is True
@@ -87,3 +87,31 @@ def test_committed_stationary_rows():
                        student=dmft.TwoLayer(activation=lambda r: r, width=1, second_layer=jnp.ones(1)))
     now = stationary(lin, 3.0, paths=1024, max_iters=50)
     assert float(now.response[0, 0]) == pytest.approx(r3["theory"], abs=1e-9)
+
+
+def test_runner_rejects_bad_mode_and_names(tmp_path):
+    with pytest.raises(ValueError, match="mode must be one of"):
+        runner.run(["smoke"], mode="fast", outdir=tmp_path)
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        runner.run(["no_such_bench"], mode="quick", outdir=tmp_path)
+    assert runner.default_outdir("quick") == runner.RESULTS / "quick"
+    assert runner.default_outdir("standard") == runner.RESULTS
+
+
+def test_committed_finite_size_outliers():
+    """Committed outlier checks at d = 1000–4000 (toy m = 2 law, DMFT state) all agree, the
+    toy outlier is within 3% at every d ≥ 2000, and its theory value (key 0, committed law
+    size) recomputes now to 1e-8."""
+    from benchmarks.bench_spectral import toy_D
+
+    res = _load("spectral_finite_size")
+    rows = res["accuracy"]
+    assert rows and all(r["agree"] for r in rows)
+    toy = [r for r in rows if r["quantity"].startswith("toy") and r["d"] >= 2000]
+    assert len(toy) >= 4 and all(abs(r["simulation"] - r["theory"]) <= 0.03 * abs(r["theory"]) for r in toy)
+    N = res["setting"]["toy"]["law_samples"]
+    k1, k2 = jax.random.split(jax.random.key(0))
+    zeta = jax.random.normal(k1, (N,))
+    law = spectral.law_from_samples(toy_D(zeta, jax.random.normal(k2, (N, 2))), zeta=zeta, unbounded=())
+    o = spectral.outlier(law, res["setting"]["toy"]["delta"], "bottom")
+    assert float(o.eigenvalue) == pytest.approx(res["data"]["toy"]["theory"]["eigenvalue"][0], abs=1e-8)

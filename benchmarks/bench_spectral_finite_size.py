@@ -1,0 +1,181 @@
+"""Hard-direction outliers against finite-d Hessians at growing d (issue #3 acceptance).
+
+1. m = 2 toy law (bounded D, δ = 6; the ``bench_spectral`` law): predicted bottom outlier and
+   squared cosine against the smallest eigenpair of ``(1/n) Σ x_i x_iᵀ ⊗ D_i`` (matrix-free
+   Lanczos, float64) at d = 1000, 2000, 4000, several seeds per d; theory Monte Carlo error
+   from two independent law samples.
+2. DMFT state (phase retrieval, quadratic student m = 1, δ = 8, η = 0.01, t = 40; unbounded
+   D = 6r² − 2y, finite-n convention n = δd): the outlier predicted from the DMFT law of
+   (ζ, D) at t against the Lanczos bottom eigenpair of the Hessian of the network trained by
+   ``dmft.simulate`` to the same t, at d = 1000, 2000, 4000. The finite-n edge is set by the
+   largest y among n samples, so the seed spread is large; the trend in d is reported.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dmft
+import spectral
+
+from .bench_spectral import toy_D
+
+NAME = "spectral_finite_size"
+
+
+def _se(x):
+    x = np.asarray(x, float)
+    return float(np.std(x, ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
+
+
+def _row(q, th, th_se, sim, sim_se, d, seeds, tol):
+    dev = abs(sim - th)
+    return dict(quantity=q, theory=float(th), theory_stderr=float(th_se), simulation=float(sim), sim_stderr=float(sim_se),
+                d=int(d), seeds=int(seeds), tolerance=float(tol), agree=bool(dev <= tol))
+
+
+@jax.jit
+def _toy_bottom(X, D, key):
+    r = spectral.lanczos_extreme(spectral.block_matvec(X, D), (X.shape[1], D.shape[-1]), 1, key,
+                                 which="smallest", tol=1e-9, throw=False)
+    return r.eigenvalues[0], spectral.subspace_overlap(r.eigenvectors, 1)[0], r.status, r.iterations
+
+
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir = pathlib.Path(outdir)
+    S = dict(toy=dict(delta=6.0, law_samples=200_000, ds=[1000, 2000, 4000], seeds=4),
+             dmft=dict(delta=8.0, lr=0.01, steps=40, paths=100_000, ds=[1000, 2000, 4000], seeds=4))
+    if tiny:
+        S["toy"].update(law_samples=50_000, ds=[500, 1000, 2000], seeds=2)
+        S["dmft"].update(paths=20_000, ds=[500, 1000], seeds=2)
+    if not quick:
+        S["toy"].update(ds=[1000, 2000, 4000, 8000], seeds=8)
+        S["dmft"].update(ds=[1000, 2000, 4000, 8000], seeds=8)
+    acc, perf, data = [], [], {}
+
+    # ---- 1. toy law -----------------------------------------------------------------------
+    T = S["toy"]
+    dl = T["delta"]
+    th_l, th_c = [], []
+    for k in (0, 1):
+        k1, k2 = jax.random.split(jax.random.key(k))
+        zeta = jax.random.normal(k1, (T["law_samples"],))
+        law = spectral.law_from_samples(toy_D(zeta, jax.random.normal(k2, (T["law_samples"], 2))), zeta=zeta, unbounded=())
+        o = spectral.outlier(law, dl, "bottom")
+        th_l.append(float(o.eigenvalue))
+        th_c.append(float(o.cosine2))
+    lam_th, c2_th = np.mean(th_l), np.mean(th_c)
+    lam_th_se, c2_th_se = abs(th_l[0] - th_l[1]) / 2, abs(th_c[0] - th_c[1]) / 2
+    toy = dict(theory=dict(eigenvalue=th_l, cosine2=th_c, edge=float(o.edge)), per_d={})
+    for d in T["ds"]:
+        n = int(dl * d)
+        lam, c2, its = [], [], []
+        t0 = time.perf_counter()
+        for s in range(T["seeds"]):
+            kx, ku, kl = jax.random.split(jax.random.key(1000 * d + s), 3)
+            X = jax.random.normal(kx, (n, d))
+            D = toy_D(X[:, 0], jax.random.normal(ku, (n, 2)))
+            ev, c, st, it = _toy_bottom(X, D, kl)
+            if int(st) != 0:
+                raise RuntimeError(f"Lanczos did not converge (toy, d={d}, seed {s}, status {int(st)})")
+            lam.append(float(ev))
+            c2.append(float(c))
+            its.append(int(it))
+        perf.append(dict(what=f"toy m=2: Lanczos bottom eigenpair, d={d}, n={n} ({T['seeds']} seeds)",
+                         value=time.perf_counter() - t0, unit="s", ratio=None, note=f"matvecs per seed {its}"))
+        toy["per_d"][str(d)] = dict(eigenvalue=lam, cosine2=c2, matvecs=its)
+        # tolerance: the issue's 3% plus 3 combined standard errors (seeds and theory MC)
+        acc.append(_row(f"toy m=2 δ=6: bottom outlier location (3% + 3 s.e.)", lam_th, lam_th_se, np.mean(lam), _se(lam), d,
+                        T["seeds"], 0.03 * abs(lam_th) + 3 * np.hypot(lam_th_se, _se(lam))))
+        acc.append(_row(f"toy m=2 δ=6: outlier squared cosine (3% + 3 s.e.)", c2_th, c2_th_se, np.mean(c2), _se(c2), d,
+                        T["seeds"], 0.03 * c2_th + 3 * np.hypot(c2_th_se, _se(c2))))
+    ds = np.array(T["ds"], float)
+    dev_l = np.array([abs(np.mean(toy["per_d"][str(int(d))]["eigenvalue"]) - lam_th) for d in ds])
+    dev_c = np.array([abs(np.mean(toy["per_d"][str(int(d))]["cosine2"]) - c2_th) for d in ds])
+    se_l = np.array([np.hypot(_se(toy["per_d"][str(int(d))]["eigenvalue"]), lam_th_se) for d in ds])
+    se_c = np.array([np.hypot(_se(toy["per_d"][str(int(d))]["cosine2"]), c2_th_se) for d in ds])
+    toy["deviation"] = dict(eigenvalue=dev_l.tolist(), cosine2=dev_c.tolist(),
+                            eigenvalue_in_se=(dev_l / se_l).tolist(), cosine2_in_se=(dev_c / se_c).tolist())
+    # a power law in d is only fitted where the deviations are resolved (> 2 s.e. at every d)
+    toy["fitted_exponent"] = {
+        q: (float(np.polyfit(np.log(ds), np.log(dv), 1)[0]) if np.all(dv > 2 * se) else
+            "not resolved: deviations within 2 s.e. of zero at some d (finite-size bias below the seed noise)")
+        for q, dv, se in (("eigenvalue", dev_l, se_l), ("cosine2", dev_c, se_c))}
+    data["toy"] = toy
+
+    # ---- 2. DMFT state vs trained network ---------------------------------------------------
+    Dm = S["dmft"]
+    pr = dmft.Teacher(link=lambda z, eps: z[0] ** 2, k=1, noise_dim=0)
+    prob = dmft.Problem(pr, dmft.TwoLayer(activation=lambda r: r**2, width=1, second_layer=jnp.ones(1)))
+    dl, lr, steps = Dm["delta"], Dm["lr"], Dm["steps"]
+    trajs = [dmft.solve(prob, dl, lr, steps, Dm["paths"], jax.random.key(70 + k), save_samples_at=(steps,)) for k in (0, 1)]
+    lawds = [spectral.law_from_dmft(prob, tr, steps) for tr in trajs]
+
+    def lanczos_bottom(X, y, W, a, key):
+        r = spectral.lanczos_extreme(spectral.hessian_vector_product(prob, X, y, a, W, method="blocks"), W.shape, 1, key,
+                                     which="smallest", tol=1e-8, throw=False)
+        return r.eigenvalues[0], spectral.subspace_overlap(r.eigenvectors, 1)[0], r.status
+
+    lanczos_bottom = jax.jit(lanczos_bottom)
+    dm = dict(per_d={})
+    for d in Dm["ds"]:
+        n = int(dl * d)
+        outs = [spectral.outlier(lw, dl, "bottom", convention="finite-n", n=n, throw=False) for lw in lawds]
+        th = [float(o.eigenvalue) for o in outs]
+        thc = [float(o.cosine2) for o in outs]
+        lam, c2 = [], []
+        t0 = time.perf_counter()
+        for s in range(Dm["seeds"]):  # one seed per simulate call: X is n×d float64 (1 GB at d = 4000)
+            sim = dmft.simulate(prob, d, dl, lr, steps, 1, jax.random.key(800 + 10 * d + s), return_weights=True)
+            X, y = dmft.simulation_data(prob, sim, 0)
+            ev, c, st = lanczos_bottom(X, y, sim.W[0], sim.a[0], jax.random.key(s))
+            if int(st) != 0:
+                raise RuntimeError(f"Lanczos did not converge (DMFT state, d={d}, seed {s}, status {int(st)})")
+            lam.append(float(ev))
+            c2.append(float(c))
+            del X, y, sim
+        perf.append(dict(what=f"DMFT-state check: GD + Lanczos at d={d}, n={n} ({Dm['seeds']} seeds)",
+                         value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
+        dm["per_d"][str(d)] = dict(theory_eigenvalue=th, theory_cosine2=thc, eigenvalue=lam, cosine2=c2,
+                                   edge=[float(o.edge) for o in outs])
+        acc.append(_row(f"DMFT state PR quadratic m=1 δ=8 t=40: bottom outlier, finite-n n=δd (3% + 3 s.e.)",
+                        np.mean(th), abs(th[0] - th[1]) / 2, np.mean(lam), _se(lam), d, Dm["seeds"],
+                        0.03 * abs(np.mean(th)) + 3 * np.hypot(abs(th[0] - th[1]) / 2, _se(lam))))
+        acc.append(_row(f"DMFT state PR quadratic m=1 δ=8 t=40: squared θ-overlap (0.03 + 3 s.e.)",
+                        np.mean(thc), abs(thc[0] - thc[1]) / 2, np.mean(c2), _se(c2), d, Dm["seeds"],
+                        0.03 + 3 * np.hypot(abs(thc[0] - thc[1]) / 2, _se(c2))))
+    data["dmft_state"] = dm
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for d in T["ds"]:
+        pdd = toy["per_d"][str(d)]
+        axes[0].errorbar([d], [np.mean(pdd["eigenvalue"])], [_se(pdd["eigenvalue"])], fmt="o", color="C0")
+        axes[1].errorbar([d], [np.mean(pdd["cosine2"])], [_se(pdd["cosine2"])], fmt="o", color="C1")
+    axes[0].axhline(lam_th, color="C0", lw=0.8, label="theory (block Stieltjes)")
+    axes[1].axhline(c2_th, color="C1", lw=0.8, label="theory")
+    axes[0].set_title("toy m=2: bottom outlier vs d")
+    axes[1].set_title("toy m=2: cos² vs d")
+    for d in Dm["ds"]:
+        pdd = dm["per_d"][str(d)]
+        axes[2].errorbar([d], [np.mean(pdd["eigenvalue"])], [_se(pdd["eigenvalue"])], fmt="o", color="C2")
+        axes[2].plot([d], [np.mean(pdd["theory_eigenvalue"])], "k_", ms=14)
+    axes[2].set_title("DMFT state: outlier (GD ±s.e.; theory finite-n —)")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("d")
+        ax.legend(fontsize=7) if ax.get_legend_handles_labels()[0] else None
+    fig.tight_layout()
+    fig.savefig(outdir / "spectral_finite_size.png", dpi=110)
+    plt.close(fig)
+    return dict(setting=S, accuracy=acc, performance=perf, data=data, figure="spectral_finite_size.png")
