@@ -92,6 +92,7 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
             res = dict(error=f"{type(exc).__name__}: {exc}", accuracy=[], performance=[])
             status = "error"
         res = _jsonable(res)
+        res.setdefault("performance", []).extend(_memory_rows())
         res.update(name=getattr(mod, "NAME", name), status=status, wall_s=round(time.perf_counter() - t0, 2),
                    provenance=provenance(mode))
         (outdir / f"{res['name']}.json").write_text(json.dumps(res, indent=1))
@@ -101,6 +102,33 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
         write_results_md(results_dir=outdir if outdir != RESULTS else None,
                          path=None if outdir == RESULTS else outdir / "RESULTS.md")
     return done
+
+
+def _memory_rows() -> list:
+    """Peak memory so far in this process: host RSS high-water mark (``getrusage``; exact per
+    benchmark when run alone with ``--only NAME``, else the running maximum) and, on an
+    accelerator, the device allocator's peak bytes in use."""
+    import resource
+
+    import jax
+
+    rows = []
+    try:
+        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+        rows.append(dict(what="peak host memory (process RSS high-water mark)", value=round(kb / 1024, 1), unit="MB",
+                         ratio=None, note="running maximum over the benchmarks run before in this process"))
+    except Exception:  # pragma: no cover - non-Unix
+        pass
+    dev = jax.devices()[0]
+    if dev.platform != "cpu":
+        try:
+            st = dev.memory_stats() or {}
+            if "peak_bytes_in_use" in st:
+                rows.append(dict(what=f"peak device memory ({dev.device_kind})", value=round(st["peak_bytes_in_use"] / 2**20, 1),
+                                 unit="MB", ratio=None, note="allocator peak, running maximum in this process"))
+        except Exception:  # pragma: no cover
+            pass
+    return rows
 
 
 def _fmt(v, nd=4):

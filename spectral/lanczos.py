@@ -157,10 +157,31 @@ def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e
     return res_
 
 
+ROW_BLOCK = 16  # basis rows per block in the re-orthogonalization
+
+
+def _cgs(Q, w, j):
+    """One classical Gram–Schmidt pass ``w − Q_{0..j}ᵀ (Q_{0..j} w)`` touching only the live
+    row blocks of the preallocated basis (memory traffic ∝ j, not ∝ max_iters)."""
+    B = ROW_BLOCK
+    nb = j // B + 1
+
+    def coef(b, h):
+        return jax.lax.dynamic_update_slice_in_dim(h, jax.lax.dynamic_slice_in_dim(Q, b * B, B, 0) @ w, b * B, 0)
+
+    h = jax.lax.fori_loop(0, nb, coef, jnp.zeros(Q.shape[0], Q.dtype))
+
+    def sub(b, acc):
+        return acc - jax.lax.dynamic_slice_in_dim(Q, b * B, B, 0).T @ jax.lax.dynamic_slice_in_dim(h, b * B, B, 0)
+
+    return jax.lax.fori_loop(0, nb, sub, w)
+
+
 def _lanczos_loop(mv, q0, K, k, which, tol, check_every=1):
     n = q0.shape[0]
     dtype = q0.dtype
-    Q = jnp.zeros((K + 1, n), dtype).at[0].set(q0)
+    Kp = -(-(K + 1) // ROW_BLOCK) * ROW_BLOCK  # rows padded to whole blocks (extra rows stay 0)
+    Q = jnp.zeros((Kp, n), dtype).at[0].set(q0)
     alpha = jnp.zeros(K, dtype)
     beta = jnp.zeros(K, dtype)
 
@@ -173,10 +194,9 @@ def _lanczos_loop(mv, q0, K, k, which, tol, check_every=1):
         q = Q[j]
         w = mv(q)
         a = jnp.vdot(q, w)
-        mask = (jnp.arange(K + 1) <= j)[:, None]
-        Qm = jnp.where(mask, Q, 0.0)
-        w = w - Qm.T @ (Qm @ w)                        # full re-orthogonalization (CGS) ...
-        w = w - Qm.T @ (Qm @ w)                        # ... twice is enough
+        # full re-orthogonalization (classical Gram–Schmidt, twice is enough) against rows 0..j
+        w = _cgs(Q, w, j)
+        w = _cgs(Q, w, j)
         b = jnp.linalg.norm(w)
         alpha = alpha.at[j].set(a)
         beta = beta.at[j].set(b)

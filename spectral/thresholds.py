@@ -15,9 +15,10 @@ margin. The Monte Carlo uncertainty comes from ``repeats`` independent keys.
 ``δ_NN = lim_{t→∞} δ*(t)`` is reported from the trend of δ*(t) only when the first phase has
 converged (train error and δ*(t) stationary over the last part of the horizon); otherwise
 the result says so and ``delta_nn`` is None. (The stationary DMFT of THEORY §2 "Long time" is
-``dmft.stationary``; it is not used here yet because for the non-convex per-sample problems
-where a negative outlier can exist — e.g. square loss on ``y = z²`` — its prox has several
-branches and it reports failure; see docs/dmft.md.)
+``dmft.stationary``; it is not used here: for phase retrieval with square loss — where a
+negative outlier can exist — it finds no fixed point near the GD state, consistent with the
+measured marginal first phase (integrated response growing ∝ t, finite-n bulk edge < 0
+creeping to 0); see docs/thresholds.md.)
 
 Unbounded ``D`` (square loss on ``y = z²``): the strict limit has no left edge, hence no
 outlier and no finite δ*; the finite-n convention (law of ``D`` truncated at its ``1 − 1/n``
@@ -92,15 +93,20 @@ def _law_at(problem, traj_i, t, delta, convention, d):
 def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d=None, side="bottom"):
     """Outlier margin, location, edge and cos² at each (δ, t) of a DMFT δ sweep
     (``dmft.solve_sweep(..., save_samples_at=times)``), for one convention / dimension.
-    A failed outlier solve (edge not found, no convergence) leaves nan and a note.
+    A failed outlier solve (edge not found, no convergence) or a sweep point whose DMFT
+    became non-finite by time t leaves nan and a note.
     (One solve per (δ, t): a vmapped batch of the same solves measured 2× slower on the
     2-core CPU — the batched while-loops run to the slowest member.)"""
     D, T = len(deltas), len(times)
     margin, ev, edge, cos2 = (np.full((D, T), np.nan) for _ in range(4))
     notes = []
+    failed = np.asarray(traj.failed_step).reshape(-1) if getattr(traj, "failed_step", None) is not None else None
     for i, dv in enumerate(np.asarray(deltas, float)):
         tri = _slice(traj, i)
         for j, t in enumerate(times):
+            if failed is not None and 0 <= failed[i] <= t:
+                notes.append(f"delta={dv:.4g}, t={t}: the DMFT became non-finite at step {int(failed[i])}; margin left nan")
+                continue
             law = _law_at(problem, tri, t, dv, convention, d)
             if side in law.unbounded:
                 notes.append(f"delta={dv:.4g}, t={t}: support unbounded on the {side} (strict limit): no edge, no outlier")

@@ -100,8 +100,9 @@ def test_runner_rejects_bad_mode_and_names(tmp_path):
 
 def test_committed_finite_size_outliers():
     """Committed outlier checks at d = 1000–4000 (toy m = 2 law, DMFT state) all agree, the
-    toy outlier is within 3% at every d ≥ 2000, and its theory value (key 0, committed law
-    size) recomputes now to 1e-8."""
+    toy outlier is within 3% at every d ≥ 2000, and its theory value recomputed now from an
+    independent law of the committed size agrees within 4 sd of one law (the committed
+    spread over its keys; measured 0.012 at 50 000 samples) plus the committed mean's s.e."""
     from benchmarks.bench_spectral import toy_D
 
     res = _load("spectral_finite_size")
@@ -110,8 +111,11 @@ def test_committed_finite_size_outliers():
     toy = [r for r in rows if r["quantity"].startswith("toy") and r["d"] >= 2000]
     assert len(toy) >= 4 and all(abs(r["simulation"] - r["theory"]) <= 0.03 * abs(r["theory"]) for r in toy)
     N = res["setting"]["toy"]["law_samples"]
-    k1, k2 = jax.random.split(jax.random.key(0))
+    k1, k2 = jax.random.split(jax.random.key(123))
     zeta = jax.random.normal(k1, (N,))
     law = spectral.law_from_samples(toy_D(zeta, jax.random.normal(k2, (N, 2))), zeta=zeta, unbounded=())
     o = spectral.outlier(law, res["setting"]["toy"]["delta"], "bottom")
-    assert float(o.eigenvalue) == pytest.approx(res["data"]["toy"]["theory"]["eigenvalue"][0], abs=1e-8)
+    keys = np.asarray(res["data"]["toy"]["theory"]["eigenvalue"])
+    assert keys.size >= 4
+    sd = np.std(keys, ddof=1)
+    assert float(o.eigenvalue) == pytest.approx(keys.mean(), abs=4 * sd * np.sqrt(1 + 1 / keys.size))

@@ -1,0 +1,99 @@
+"""Cost of the DMFT against GD at equal error bars, as a function of the horizon T and of d
+(issue #2's speed goal, measured instead of asserted).
+
+Setting: the m = 2 easy+hard GeLU case of ``bench_dmft`` (δ = 3, η = 0.1). For each T the
+DMFT runs with ``paths`` Monte Carlo paths (compile and run timed apart); its standard error
+of the train error at T comes from the per-path losses (antithetic pairs: paths/2
+independent). For each d, ``dmft.simulate`` runs ``seeds`` seeds (compile and run apart);
+the per-seed spread of the train error at T gives the number of seeds GD needs to reach the
+DMFT's standard error, ``max(1, (sd_seed / se_dmft)²)``, and the ratio
+``GD time for that many seeds / DMFT time``. GD additionally carries an O(1/d) bias that the
+DMFT does not have (not counted here). The DMFT's exact per-path Jacobians cost
+O(paths·T³·m³) (the adjoint sweep (6) per step), GD costs O(seeds·T·n·d·m): the ratio falls
+like d/T.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dmft
+
+from .bench_dmft import easy_hard_problem
+
+NAME = "dmft_cost"
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    jax.block_until_ready(jax.tree.leaves(out))
+    return out, time.perf_counter() - t0
+
+
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    S = dict(delta=3.0, lr=0.1, paths=20_000, Ts=[25, 50, 100], ds=[1000, 2000, 4000], seeds=4)
+    if tiny:
+        S.update(Ts=[25, 50], ds=[1000, 2000])
+    if not quick:
+        S.update(paths=100_000, Ts=[25, 50, 100, 200], ds=[1000, 4000, 16000], seeds=8)
+    P = easy_hard_problem()
+    perf, data = [], dict(dmft={}, gd={})
+    for T in S["Ts"]:
+        _, t_c = _timed(lambda: dmft.solve(P, S["delta"], S["lr"], T, S["paths"], jax.random.key(1), save_samples_at=(T,)))
+        tr, t_r = _timed(lambda: dmft.solve(P, S["delta"], S["lr"], T, S["paths"], jax.random.key(2), save_samples_at=(T,)))
+        smp = tr.samples[T]
+        per_path = jax.vmap(P.sample_loss, in_axes=(0, 0, None))(smp["y"], smp["r"], tr.second_layer[T])
+        pairs = np.asarray(per_path).reshape(2, -1).mean(0)  # antithetic pairs are the independent units
+        se = float(np.std(pairs, ddof=1) / np.sqrt(pairs.size))
+        data["dmft"][str(T)] = dict(run_s=t_r, compile_and_run_s=t_c, train_error=float(tr.train_error[T]), stderr=se)
+        perf.append(dict(what=f"DMFT m=2 T={T}, {S['paths']} paths: run (after compile)", value=t_r, unit="s", ratio=None,
+                         note=f"first call incl. compile {t_c:.2f} s; train-error s.e. {se:.2e}"))
+    for d in S["ds"]:
+        for T in S["Ts"]:
+            _, t_c = _timed(lambda: dmft.simulate(P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(3)).train_error_seeds)
+            sim, t_r = _timed(lambda: dmft.simulate(P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(4)).train_error_seeds)
+            sd = float(np.std(np.asarray(sim[:, T]), ddof=1))
+            dm = data["dmft"][str(T)]
+            need = max(1.0, (sd / dm["stderr"]) ** 2)
+            t_gd = t_r / S["seeds"] * need
+            ratio = t_gd / dm["run_s"]
+            data["gd"][f"{d},{T}"] = dict(d=d, T=T, run_s=t_r, compile_and_run_s=t_c, seed_sd=sd, seeds_needed=need,
+                                          gd_time_equal_error=t_gd, ratio=ratio)
+            perf.append(dict(what=f"GD d={d} vs DMFT at T={T}: equal error bars on the train error", value=t_gd,
+                             unit="s (GD)", ratio=ratio,
+                             note=(f"ratio = GD / DMFT time; seed sd {sd:.2e} -> {need:.1f} seeds x {t_r / S['seeds']:.2f} s; "
+                                   f"DMFT {dm['run_s']:.2f} s ({S['paths']} paths)")))
+    Ts = np.array(S["Ts"], float)
+    t_dm = np.array([data["dmft"][str(T)]["run_s"] for T in S["Ts"]])
+    data["dmft_time_exponent_in_T"] = float(np.polyfit(np.log(Ts), np.log(t_dm), 1)[0]) if len(Ts) > 1 else None
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax[0].loglog(Ts, t_dm, "ko-", label=f"DMFT ({S['paths']} paths)")
+    for d in S["ds"]:
+        ax[0].loglog(Ts, [data["gd"][f"{d},{T}"]["gd_time_equal_error"] for T in S["Ts"]], "o--", label=f"GD d={d}, equal error")
+        ax[1].loglog(Ts, [data["gd"][f"{d},{T}"]["ratio"] for T in S["Ts"]], "o-", label=f"d={d}")
+    ax[0].set_xlabel("T (steps)")
+    ax[0].set_ylabel("seconds")
+    ax[0].legend(fontsize=7)
+    ax[1].axhline(1, color="k", lw=0.5)
+    ax[1].axhline(10, color="r", lw=0.5, ls=":", label="issue goal 10x")
+    ax[1].set_xlabel("T (steps)")
+    ax[1].set_ylabel("GD time / DMFT time at equal error")
+    ax[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(pathlib.Path(outdir) / "dmft_cost.png", dpi=110)
+    plt.close(fig)
+    return dict(setting=dict(S, problem="y=z1+(z2^2-1)+0.2eps, erf-GeLU m=2, a=(1,-0.5) frozen, Q0=I, M0=0, square loss",
+                             device=jax.default_backend()),
+                accuracy=[], performance=perf, data=data, figure="dmft_cost.png")
