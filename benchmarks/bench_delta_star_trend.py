@@ -24,10 +24,19 @@ from spectral.thresholds import _root_on_grid, margins_from_sweep
 NAME = "delta_star_trend"
 
 
-def problem(act, m=4):
+def problem(act, m=4, train_a=False, init_scale=1.0):
+    """Phase retrieval y = z², square loss, a = 1/m (frozen unless ``train_a``), Q0 = init_scale² I, M0 = 0."""
     return dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
-                        student=dmft.TwoLayer(activation=act, width=m, second_layer=jnp.ones(m) / m),
-                        loss=dmft.square_loss)
+                        student=dmft.TwoLayer(activation=act, width=m, second_layer=jnp.ones(m) / m,
+                                              train_second_layer=train_a),
+                        loss=dmft.square_loss,
+                        init=dmft.Init(q0=init_scale**2 * jnp.eye(m), overlap=jnp.zeros((1, m))))
+
+
+def max_response(traj, t, lr, grid):
+    """Largest eigenvalue of the integrated response V(t) = (1/δ) Σ_s η R_θ(t, s+1) per δ of the
+    sweep (the stationary DMFT's V: finite iff the first phase converges)."""
+    return np.linalg.eigvalsh(np.asarray(_state_at(traj, t, lr, jnp.asarray(grid))["V"])).max(-1)
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
@@ -71,9 +80,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
             data[act_name]["unstable_fraction_max"] = np.asarray(jnp.max(traj.unstable_fraction, axis=-1)).tolist()
             # integrated response V(t) = (1/δ) Σ_s η R_θ(t, s+1) (the stationary DMFT's V): it converges
             # iff the first phase does; growth in t = slow dynamics / no stationary point to continue to
-            data[act_name]["V_trace_max_eig"] = [
-                np.linalg.eigvalsh(np.asarray(_state_at(traj, t, lr, jnp.asarray(S["grid"]))["V"])).max(-1).tolist()
-                for t in S["times"]]
+            data[act_name]["V_trace_max_eig"] = [max_response(traj, t, lr, S["grid"]).tolist() for t in S["times"]]
         half = S["times"].index(S["steps"] // 2)
         for d in S["ds"]:
             ds_ = np.array([r["delta_star"] for r in res[d]])  # (keys, times)

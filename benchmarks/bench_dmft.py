@@ -261,26 +261,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         except Exception as exc:  # pragma: no cover
             perf.append(dict(what="GPU vs CPU sweep", value=None, unit="", ratio=None, note=f"failed: {exc}"))
 
-    # DMFT vs simulation at equal error bars (quick mode: see the dmft_cost benchmark instead)
-    if not tiny:
-        T, Np = (100, 20_000) if quick else (200, 100_000)
-        P = easy_hard_problem()
-        dmft.solve(P, delta=3.0, lr=0.1, steps=T, paths=Np, key=jax.random.key(60), save_samples_at=(T,))
-        tr, t_dm = _timed(dmft.solve, P, delta=3.0, lr=0.1, steps=T, paths=Np, key=jax.random.key(61), save_samples_at=(T,))
-        smp = tr.samples[T]
-        per_path = jax.vmap(P.sample_loss, in_axes=(0, 0, None))(smp["y"], smp["r"], tr.second_layer[T])
-        se_dm = float(jnp.std(per_path) / np.sqrt(Np // 2))  # antithetic pairs: Np/2 independent base paths
-        sim_s = 4
-        dmft.simulate(P, d=4000, delta=3.0, lr=0.1, steps=T, seeds=1, key=jax.random.key(62))
-        s, t_sim = _timed(dmft.simulate, P, d=4000, delta=3.0, lr=0.1, steps=T, seeds=sim_s, key=jax.random.key(63))
-        sd_seed = float(np.std(np.asarray(s.train_error_seeds[:, T]), ddof=1))
-        seeds_needed = max(1.0, (sd_seed / se_dm) ** 2)
-        t_sim_equal = t_sim / sim_s * seeds_needed
-        perf.append(dict(what=f"DMFT (T={T}, m=2, {Np} paths) vs GD at d=4000, equal error bars on the train error",
-                         value=t_dm, unit="s (DMFT)", ratio=t_sim_equal / t_dm,
-                         note=f"DMFT MC s.e. {se_dm:.2e}; GD seed sd {sd_seed:.2e} -> {seeds_needed:.1f} seeds x {t_sim / sim_s:.1f} s/seed "
-                              "= %.1f s; GD keeps an O(1/d) bias DMFT does not have" % t_sim_equal))
-        setting["performance"] = dict(equal_error_bars=dict(T=T, paths=Np, d=4000, gd_seeds_timed=sim_s))
+    # DMFT against GD at equal error bars: benchmarks/bench_dmft_cost.py (as a function of T and d)
 
     fig.tight_layout()
     figname = "dmft.png"

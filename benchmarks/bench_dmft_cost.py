@@ -16,24 +16,15 @@ like d/T.
 from __future__ import annotations
 
 import pathlib
-import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import dmft
 
-from .bench_dmft import easy_hard_problem
+from .bench_dmft import _timed, easy_hard_problem
 
 NAME = "dmft_cost"
-
-
-def _timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    jax.block_until_ready(jax.tree.leaves(out))
-    return out, time.perf_counter() - t0
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
@@ -51,8 +42,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     P = easy_hard_problem()
     perf, data = [], dict(dmft={}, gd={})
     for T in S["Ts"]:
-        _, t_c = _timed(lambda: dmft.solve(P, S["delta"], S["lr"], T, S["paths"], jax.random.key(1), save_samples_at=(T,)))
-        tr, t_r = _timed(lambda: dmft.solve(P, S["delta"], S["lr"], T, S["paths"], jax.random.key(2), save_samples_at=(T,)))
+        _, t_c = _timed(dmft.solve, P, S["delta"], S["lr"], T, S["paths"], jax.random.key(1), save_samples_at=(T,))
+        tr, t_r = _timed(dmft.solve, P, S["delta"], S["lr"], T, S["paths"], jax.random.key(2), save_samples_at=(T,))
         smp = tr.samples[T]
         per_path = jax.vmap(P.sample_loss, in_axes=(0, 0, None))(smp["y"], smp["r"], tr.second_layer[T])
         pairs = np.asarray(per_path).reshape(2, -1).mean(0)  # antithetic pairs are the independent units
@@ -62,9 +53,9 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                          note=f"first call incl. compile {t_c:.2f} s; train-error s.e. {se:.2e}"))
     for d in S["ds"]:
         for T in S["Ts"]:
-            _, t_c = _timed(lambda: dmft.simulate(P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(3)).train_error_seeds)
-            sim, t_r = _timed(lambda: dmft.simulate(P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(4)).train_error_seeds)
-            sd = float(np.std(np.asarray(sim[:, T]), ddof=1))
+            _, t_c = _timed(dmft.simulate, P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(3))
+            sim, t_r = _timed(dmft.simulate, P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(4))
+            sd = float(np.std(np.asarray(sim.train_error_seeds[:, T]), ddof=1))
             dm = data["dmft"][str(T)]
             need = max(1.0, (sd / dm["stderr"]) ** 2)
             t_gd = t_r / S["seeds"] * need

@@ -13,12 +13,20 @@ import numpy as np
 NAME = "lanczos"
 
 
+def _runs(f, reps):
+    """Wall times and results of ``reps`` calls ``f(rep)`` (``f`` blocks on its result)."""
+    times, outs = [], []
+    for rep in range(reps):
+        t0 = time.perf_counter()
+        outs.append(f(rep))
+        times.append(time.perf_counter() - t0)
+    return times, outs
+
+
 def _timeit(f, reps=5):
+    """Median wall time of ``reps`` calls after one warm-up call."""
     f()
-    t = time.perf_counter()
-    for _ in range(reps):
-        f()
-    return (time.perf_counter() - t) / reps
+    return float(np.median(_runs(lambda _: f(), reps)[0]))
 
 
 def _network(d, m, n, key=0):
@@ -32,7 +40,7 @@ def _network(d, m, n, key=0):
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
-    quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
+    quick = mode != "full"  # quick and standard share the CPU sizes here
     import scipy.sparse.linalg as sla
     import matplotlib
     matplotlib.use("Agg")
@@ -80,12 +88,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                                                             key, which="smallest", tol=1e-8, throw=False))
     r = lz(X, D, jax.random.key(1))
     r.eigenvalues.block_until_ready()
-    ts_lz = []
-    for rep in range(3):  # median of 3 (different start vectors)
-        t0 = time.perf_counter()
-        r = lz(X, D, jax.random.key(2 + rep))
-        r.eigenvalues.block_until_ready()
-        ts_lz.append(time.perf_counter() - t0)
+    ts_lz, _ = _runs(lambda rep: lz(X, D, jax.random.key(2 + rep)).eigenvalues.block_until_ready(), 3)  # start vectors vary
     t_lz = float(np.median(ts_lz))
     nmv = [0]
 
@@ -94,13 +97,13 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         return np.asarray(hv_bl(jnp.asarray(x.reshape(W.shape)))).ravel()
 
     op = sla.LinearOperator((d * m, d * m), matvec=mv, dtype=np.float64)
-    ts_e = []
-    for rep in range(3):
+
+    def eigsh_run(rep):
         nmv[0] = 0
-        v0 = np.random.default_rng(rep).normal(size=d * m)
-        t0 = time.perf_counter()
-        ev_ref = np.sort(sla.eigsh(op, k=k, which="SA", tol=1e-8, v0=v0)[0])
-        ts_e.append(time.perf_counter() - t0)
+        return np.sort(sla.eigsh(op, k=k, which="SA", tol=1e-8, v0=np.random.default_rng(rep).normal(size=d * m))[0])
+
+    ts_e, evs = _runs(eigsh_run, 3)
+    ev_ref = evs[0]
     t_eigsh = float(np.median(ts_e))
     err2 = float(np.max(np.abs(np.asarray(r.eigenvalues) - ev_ref)))
     acc.append(dict(quantity=f"max |Lanczos - eigsh| over {k} smallest (d={d}, m={m}, n={n})", theory=0.0,
@@ -113,7 +116,6 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     # re-orthogonalization at the Krylov depth ours stopped at (matfree has no stopping rule),
     # then the k smallest Ritz values of the small tridiagonal
     try:
-        import matfree
         from matfree import decomp
 
         depth = int(r.iterations)
@@ -127,12 +129,9 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         mf = jax.jit(mf)
         v0 = jax.random.normal(jax.random.key(5), (d * m,))
         mf(X, D, v0).block_until_ready()
-        ts_mf = []
-        for rep in range(3):
-            t0 = time.perf_counter()
-            ev_mf = mf(X, D, v0 + 1e-3 * (rep + 1)).block_until_ready()
-            ts_mf.append(time.perf_counter() - t0)
+        ts_mf, evs_mf = _runs(lambda rep: mf(X, D, v0 + 1e-3 * (rep + 1)).block_until_ready(), 3)
         t_mf = float(np.median(ts_mf))
+        ev_mf = evs_mf[0]
         err_mf = float(np.max(np.abs(np.asarray(ev_mf) - ev_ref)))
         from importlib.metadata import version
 

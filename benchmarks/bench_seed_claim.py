@@ -21,19 +21,12 @@ import numpy as np
 
 import dmft
 from dmft import activations
-from dmft.stationary import _state_at
 from spectral.thresholds import _root_on_grid, margins_from_sweep
+
+from .bench_delta_star_trend import max_response, problem
 
 NAME = "seed_claim"
 SEED = dict(gelu=6.0, quadratic=3.6)
-
-
-def problem(act, m=4, train_a=False, init_scale=1.0):
-    return dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
-                        student=dmft.TwoLayer(activation=activations.get(act), width=m, second_layer=jnp.ones(m) / m,
-                                              train_second_layer=train_a),
-                        loss=dmft.square_loss,
-                        init=dmft.Init(q0=init_scale**2 * jnp.eye(m), overlap=jnp.zeros((1, m))))
 
 
 SETTINGS = [
@@ -60,12 +53,12 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     if not quick:
         S.update(steps=192, paths=8192)
     S["times"] = [S["steps"] // 4, S["steps"] // 2, S["steps"]]
-    rows, perf, table = [], [], []
+    perf, table = [], []
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ai, act in enumerate(("gelu", "quadratic")):
         for si, st in enumerate(S["settings"]):
             lr = S["lr"][act] * st.get("lr_factor", 1.0)
-            P = problem(act, st["m"], st["train_a"], st["init_scale"])
+            P = problem(activations.get(act), st["m"], st["train_a"], st["init_scale"])
             t0 = time.perf_counter()
             traj = dmft.solve_sweep(P, jnp.asarray(S["grid"]), lr=lr, steps=S["steps"], paths=S["paths"],
                                     key=jax.random.key(S["key"]), save_samples_at=tuple(S["times"]), throw=False)
@@ -76,8 +69,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
             tr = np.asarray(traj.train_error)
             half, T = S["steps"] // 2, S["steps"]
             tr_change = float(np.max(np.abs(tr[:, T] - tr[:, half]) / np.abs(tr[:, half])))
-            V = [np.linalg.eigvalsh(np.asarray(_state_at(traj, t, lr, jnp.asarray(S["grid"]))["V"])).max(-1)
-                 for t in (half, T)]
+            V = [max_response(traj, t, lr, S["grid"]) for t in (half, T)]
             v_change = float(np.max(V[1] / V[0] - 1.0))
             reached = [t * lr for t, v in zip(S["times"], ds_) if np.isfinite(v) and v >= SEED[act]]
             failed = np.asarray(traj.failed_step)

@@ -16,7 +16,6 @@ NAME = "smoke"
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
-    quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     import matplotlib
 
     matplotlib.use("Agg")

@@ -98,9 +98,9 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                          value=time.perf_counter() - t0, unit="s", ratio=None, note=f"matvecs per seed {its}"))
         toy["per_d"][str(d)] = dict(eigenvalue=lam, cosine2=c2, matvecs=its)
         # tolerance: the 3% plus 3 combined standard errors (seeds and theory MC)
-        acc.append(_row(f"toy m=2 δ=6: bottom outlier location (3% + 3 s.e.)", lam_th, lam_th_se, np.mean(lam), _se(lam), d,
+        acc.append(_row("toy m=2 δ=6: bottom outlier location (3% + 3 s.e.)", lam_th, lam_th_se, np.mean(lam), _se(lam), d,
                         T["seeds"], 0.03 * abs(lam_th) + 3 * np.hypot(lam_th_se, _se(lam))))
-        acc.append(_row(f"toy m=2 δ=6: outlier squared cosine (3% + 3 s.e.)", c2_th, c2_th_se, np.mean(c2), _se(c2), d,
+        acc.append(_row("toy m=2 δ=6: outlier squared cosine (3% + 3 s.e.)", c2_th, c2_th_se, np.mean(c2), _se(c2), d,
                         T["seeds"], 0.03 * c2_th + 3 * np.hypot(c2_th_se, _se(c2))))
     ds = np.array(T["ds"], float)
     dev_l = np.array([abs(np.mean(toy["per_d"][str(int(d))]["eigenvalue"]) - lam_th) for d in ds])
@@ -152,10 +152,10 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                          value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
         dm["per_d"][str(d)] = dict(theory_eigenvalue=th, theory_cosine2=thc, eigenvalue=lam, cosine2=c2,
                                    edge=[float(o.edge) for o in outs])
-        acc.append(_row(f"DMFT state PR quadratic m=1 δ=8 t=40: bottom outlier, finite-n n=δd (3% + 3 s.e.)",
+        acc.append(_row("DMFT state PR quadratic m=1 δ=8 t=40: bottom outlier, finite-n n=δd (3% + 3 s.e.)",
                         np.mean(th), _se(th), np.mean(lam), _se(lam), d, Dm["seeds"],
                         0.03 * abs(np.mean(th)) + 3 * np.hypot(_se(th), _se(lam))))
-        acc.append(_row(f"DMFT state PR quadratic m=1 δ=8 t=40: squared θ-overlap (0.03 + 3 s.e.)",
+        acc.append(_row("DMFT state PR quadratic m=1 δ=8 t=40: squared θ-overlap (0.03 + 3 s.e.)",
                         np.mean(thc), _se(thc), np.mean(c2), _se(c2), d, Dm["seeds"],
                         0.03 + 3 * np.hypot(_se(thc), _se(c2))))
     data["dmft_state"] = dm

@@ -48,7 +48,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .problem import Problem, ProblemError, Tracer, check_finite_maps, sample_grad, sample_grad_a, sample_hessian
+from .problem import Problem, ProblemError, Tracer, check_finite_maps
+from .prox import per_sample_maps
 
 MIN_PATHS = 64
 
@@ -193,10 +194,8 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
     def gmean(x):  # exact-symmetric mean over paths of x (paths, ...)
         return _group_mean(x.reshape((G, Nb) + x.shape[1:]), n_hard)
 
-    grad_r = jax.vmap(lambda yy, rr, aa: sample_grad(problem, yy, rr, aa), in_axes=(0, 0, None))
-    hess_r = jax.vmap(lambda yy, rr, aa: sample_hessian(problem, yy, rr, aa), in_axes=(0, 0, None))
-    grad_a = jax.vmap(lambda yy, rr, aa: sample_grad_a(problem, yy, rr, aa), in_axes=(0, 0, None))
-    loss_v = jax.vmap(problem.sample_loss, in_axes=(0, 0, None))
+    f = per_sample_maps(problem)
+    grad_r, hess_r, grad_a, loss_v = f["grad_r"], f["hess_r"], f["grad_a"], f["loss"]
 
     Tp = T + 1
     tidx = jnp.arange(Tp)

@@ -170,7 +170,7 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
         return dict(r=r, g=g, D=D, Gam=Gam, Cg=Cg, Ezg=Ezg, pres=pres, minJ=minJ)
 
     def update(state, ev):
-        Q, V, M, a = state["Q"], state["V"], state["M"], state["a"]
+        M, a = state["M"], state["a"]
         P = lam * eye + ev["Gam"]
         evP, UP = jnp.linalg.eigh(_sym(P))
         pmin = evP[0]

@@ -190,7 +190,6 @@ def truncate(law: BlockLaw, n: int, side: str, mode: str = "drop") -> BlockLaw:
     # weighted 1/n quantile of the extreme eigenvalue
     q = e[order][min(np.searchsorted(cw, 1.0 / n), len(cw) - 1)]
     if mode == "clip":  # move the tail mass onto the quantile (eigenvalues of D clipped)
-        lo_hi = (0, None) if side == "bottom" else (None, 0)
         D = np.asarray(law.D)
         evals, vecs = np.linalg.eigh(D)
         if side == "bottom":
