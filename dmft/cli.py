@@ -243,6 +243,8 @@ def delta_nn(
     wall = time.perf_counter() - t0
     if res.status == "no-bracket":
         typer.echo(f"error: {res.message}", err=True)
+        if json_out is not None and json_out.exists():
+            json_out.unlink()  # never leave an older, complete-looking result behind
         raise typer.Exit(1)
     typer.echo(f"{'t':>6} {'δ*(t)':>10} {'± s.e.':>10} {'bracket':>18}")
     for j, t in enumerate(res.times):
@@ -269,12 +271,13 @@ def delta_nn(
         fig.tight_layout()
         fig.savefig(plot, dpi=110)
         typer.echo(f"figure written to {plot}")
-    if res.status != "converged":
-        typer.echo(f"δ_NN not reported ({res.status}); no JSON written.", err=True)
-        raise typer.Exit(1)
+    complete = res.status == "converged"
     if json_out is not None:
+        # always a self-describing file; an unconverged first phase gives delta_nn = null and
+        # complete = false (never a number that looks valid), plus the δ*(t) curve it did compute
         payload = dict(
-            delta_nn=res.delta_nn, delta_nn_stderr=res.delta_nn_stderr, edge_convention=convention,
+            complete=complete, delta_nn=res.delta_nn if complete else None,
+            delta_nn_stderr=res.delta_nn_stderr if complete else None, edge_convention=convention,
             delta_star=dict(times=list(res.times), value=np.asarray(res.delta_star).tolist(),
                             stderr=np.asarray(res.delta_star_stderr).tolist(), bracket=np.asarray(res.bracket).tolist()),
             setting={**res.setting, **dict(target=target, activation=activation, width=width, loss=loss,
@@ -285,7 +288,10 @@ def delta_nn(
         tmp = json_out.with_suffix(json_out.suffix + ".tmp")
         tmp.write_text(json.dumps(payload, indent=1, default=float))
         tmp.replace(json_out)
-        typer.echo(f"JSON written to {json_out}")
+        typer.echo(f"JSON written to {json_out}" + ("" if complete else " (complete = false, delta_nn = null)"))
+    if not complete:
+        typer.echo(f"δ_NN not reported ({res.status}): {res.message}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("simulate")

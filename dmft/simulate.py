@@ -8,6 +8,14 @@ Observables match :class:`dmft.Trajectory`: train error ``(1/n) Σ ℓ(y_i, F(W^
 test error on fresh inputs, drawn exactly as ``(z, W^tᵀx)`` from their joint Gaussian law
 given ``W^t`` (``r = M^tᵀz + chol(W_⊥ᵀW_⊥) ξ``); overlap ``M^t = Θ*ᵀW^t``; gram ``W^tᵀW^t``.
 Seeds run under ``vmap`` (in chunks of ``seed_batch`` to bound memory).
+
+``freeze_hard=True`` runs the *first phase at finite d*: the rows of ``W`` along the hard
+teacher directions (``Θ_hᵀW``, i.e. the hard columns of ``M``) are held at their initial
+value ``M^0`` (zero for a hard direction), the rest of GD unchanged. This is GD on the
+manifold the DMFT first phase lives on (THEORY §1–§2: at ``d → ∞`` the hard overlap stays at
+``M^0`` for any finite time), run to any horizon; its Hessian outlier along ``Θ_h``
+(:func:`spectral.hard_outlier_at_state`) is the finite-d ``δ*(t)`` ground truth at times the
+dynamic DMFT cannot reach.
 """
 
 from __future__ import annotations
@@ -62,7 +70,7 @@ class SimulationResult(eqx.Module):
 
 
 def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_samples: int, random_overlap: bool, dtype,
-             n_real=None):
+             n_real=None, freeze_hard: tuple = ()):
     k, m = problem.k, problem.m
     st = problem.student
     kd, kw, kt = jax.random.split(key, 3)
@@ -105,6 +113,8 @@ def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_sample
         obs = observe(W, a, R)
         g = grad_r(y, R, a).astype(dtype) * wts[:, None]
         gW = X.T @ g / n_eff + lam * W
+        if freeze_hard:  # first phase at finite d: the hard rows of W (teacher coordinates) do not move
+            gW = gW.at[jnp.asarray(freeze_hard)].set(0.0)
         ga = (jnp.sum(grad_a(y, R, a) * wts[:, None], axis=0) / n_eff).astype(dtype) + lam_a * a
         live = t < steps  # the last pass only observes W^T
         step_w = jnp.where(live, eta[t], 0.0).astype(dtype)
@@ -130,6 +140,7 @@ def simulate(
     seed_batch: Optional[int] = None,
     dtype=jnp.float64,
     n_pad: Optional[int] = None,
+    freeze_hard: bool = False,
 ) -> SimulationResult:
     """Full-batch GD at dimension ``d`` with ``n = round(δ d)`` samples, ``seeds`` independent
     draws of data and initialization (seed ``s`` uses ``jax.random.fold_in(key, s)``).
@@ -140,6 +151,8 @@ def simulate(
     Runs unchanged on GPU; ``dtype=jnp.float32`` halves memory there. ``n_pad >= n``: draw
     ``n_pad`` samples and give the extra ones weight 0, so a δ sweep at fixed ``d`` and
     ``n_pad`` compiles once (the training set is then the first ``n`` of ``n_pad`` draws).
+    ``freeze_hard=True``: the first phase at finite d — the rows of ``W`` along the hard
+    teacher coordinates stay at ``M^0`` (see the module docstring).
     """
     if not isinstance(d, (int, np.integer)) or d <= problem.k:
         raise ProblemError(f"d must be an int > k = {problem.k} (got {d!r}).")
@@ -157,6 +170,10 @@ def simulate(
     if not np.all(np.isfinite(lr_np)) or np.any(lr_np <= 0):
         raise ProblemError(f"lr must be finite and > 0 (got {lr}).")
     check_finite_maps(problem)
+    hard = tuple(problem.teacher.hard_coordinates()) if freeze_hard else ()
+    if freeze_hard and not hard:
+        raise ProblemError("freeze_hard=True but the teacher has no hard coordinates (Teacher.hard or an even link); "
+                           "there is no first phase to isolate.")
     eta = _lr_schedule(lr, steps)
     if n_pad is not None and (not isinstance(n_pad, (int, np.integer)) or n_pad < n):
         raise ProblemError(f"n_pad must be an int >= n = round(delta*d) = {n} (got {n_pad!r}).")
@@ -166,10 +183,12 @@ def simulate(
         seed_batch = int(max(1, min(seeds, 2_000_000_000 // max(per_seed, 1))))
     keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(jnp.arange(seeds))
     n_real = None if n_pad is None else jnp.asarray(n)
-    obs, Wf, af = _simulate_jit(problem, keys, eta, d, n_arr, steps, test_samples, random_overlap, dtype, seed_batch, n_real)
+    obs, Wf, af = _simulate_jit(problem, keys, eta, d, n_arr, steps, test_samples, random_overlap, dtype, seed_batch, n_real,
+                                hard)
     setting = dict(d=int(d), n=n, n_pad=n_pad, delta=delta_f, lr=lr_np.tolist(), steps=int(steps), seeds=int(seeds),
                    test_samples=int(test_samples), random_overlap=bool(random_overlap),
-                   dtype=jnp.dtype(dtype).name, teacher_basis="first k coordinate axes")
+                   dtype=jnp.dtype(dtype).name, teacher_basis="first k coordinate axes",
+                   freeze_hard=list(hard) if hard else False)
     return SimulationResult(
         train_error_seeds=obs["train"],
         test_error_seeds=obs["test"],
@@ -184,8 +203,10 @@ def simulate(
 
 
 @eqx.filter_jit
-def _simulate_jit(problem, keys, eta, d, n, steps, test_samples, random_overlap, dtype, seed_batch, n_real=None):
-    one = jax.vmap(lambda kk: _run_one(problem, kk, d, n, eta, steps, test_samples, random_overlap, dtype, n_real))
+def _simulate_jit(problem, keys, eta, d, n, steps, test_samples, random_overlap, dtype, seed_batch, n_real=None,
+                  freeze_hard: tuple = ()):
+    one = jax.vmap(lambda kk: _run_one(problem, kk, d, n, eta, steps, test_samples, random_overlap, dtype, n_real,
+                                       freeze_hard))
     seeds = keys.shape[0]
     nb = -(-seeds // seed_batch)
     pad = nb * seed_batch - seeds

@@ -4,7 +4,8 @@ blocks (THEORY §2–§4) and their finite-d checks (Lanczos, SLQ, dense oracles
 Modules: ``law`` (the law of (ζ, D), truncation), ``stieltjes`` (bulk: block Stieltjes
 equation, density, edges), ``outliers`` (hard-direction outliers and cos², with the
 derivation), ``spectral_methods`` (m = 1 Lu–Li / Mondelli–Montanari, thresholds),
-``quadrature``, ``hessian`` (HVPs, dense oracles), ``lanczos`` (extreme eigenpairs, SLQ).
+``quadrature``, ``hessian`` (HVPs, dense oracles), ``lanczos`` (extreme eigenpairs, SLQ),
+``finite_state`` (the hard outlier at a finite-d GD state, with the equation on its own law).
 """
 
 import jax
@@ -13,6 +14,7 @@ jax.config.update("jax_enable_x64", True)
 
 from ._errors import (MAX_ITERS, NO_EDGE, NO_OUTLIER, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT,  # noqa: E402
                       WRONG_BRANCH, SpectralError, message)
+from .finite_state import StateOutlier, hard_outlier_at_state  # noqa: E402
 from .hessian import (block_matvec, dense_block_matrix, dense_hessian, finite_blocks,  # noqa: E402
                       hessian_vector_product, risk_gradient)
 from .lanczos import (LanczosResult, SLQResult, lanczos_extreme, stochastic_lanczos_quadrature,  # noqa: E402
@@ -37,5 +39,6 @@ __all__ = [
     "weak_recovery_threshold", "normal_nodes", "teacher_nodes",
     "hessian_vector_product", "block_matvec", "dense_block_matrix", "dense_hessian", "finite_blocks",
     "risk_gradient",
+    "StateOutlier", "hard_outlier_at_state",
     "LanczosResult", "SLQResult", "lanczos_extreme", "stochastic_lanczos_quadrature", "subspace_overlap",
 ]

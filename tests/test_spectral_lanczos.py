@@ -95,3 +95,49 @@ def test_tridiag_multisection_matches_eigvalsh():
         ev = np.linalg.eigvalsh(T)
         got = np.asarray(tridiag_eigvals(jnp.asarray(a), jnp.asarray(b), jnp.arange(a.size)))
         np.testing.assert_allclose(got, ev, atol=1e-13 * np.max(np.abs(ev)))
+
+
+def _pr_problem(act=jnp.square, m=2):
+    return dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
+                        student=dmft.TwoLayer(activation=act, width=m, second_layer=jnp.ones(m) / m, train_second_layer=False),
+                        loss=dmft.square_loss, init=dmft.Init(q0=jnp.eye(m), overlap=jnp.zeros((1, m))))
+
+
+def test_freeze_hard_keeps_first_phase():
+    """freeze_hard=True: the hard overlap stays exactly at M^0 = 0 while the rest trains; without
+    it the finite-n gradient moves it off zero at the first step."""
+    P = _pr_problem()
+    kw = dict(d=40, delta=3.0, lr=0.1, steps=30, seeds=2, key=jax.random.key(3), test_samples=256)
+    frozen = dmft.simulate(P, freeze_hard=True, **kw)
+    free = dmft.simulate(P, **kw)
+    assert np.all(np.asarray(frozen.overlap_seeds) == 0.0)
+    assert np.abs(np.asarray(free.overlap_seeds[:, 1])).max() > 1e-4
+    tr = np.asarray(frozen.train_error)
+    assert tr[-1] < 0.5 * tr[0]  # the non-hard part does train
+    assert frozen.setting["freeze_hard"] == [0]
+    with pytest.raises(dmft.ProblemError, match="hard"):
+        Pe = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0], k=1, noise_dim=0), student=P.student,
+                          loss=P.loss, init=P.init)
+        dmft.simulate(Pe, freeze_hard=True, **kw)
+
+
+def test_hard_outlier_at_state_dense_lanczos_and_interlacing():
+    """Dense and matrix-free routes agree; the constrained edge is the bottom of the Hessian with the
+    hard rows removed (computed here independently); Cauchy interlacing ev[0] <= edge."""
+    P = _pr_problem()
+    sim = dmft.simulate(P, d=60, delta=5.0, lr=0.1, steps=60, seeds=1, key=jax.random.key(1), return_weights=True,
+                        freeze_hard=True, test_samples=256)
+    X, y = dmft.simulation_data(P, sim, 0)
+    W, a = sim.W[0], sim.a[0]
+    dense = spectral.hard_outlier_at_state(P, X, y, W, a, k=4, method="dense")
+    lanc = spectral.hard_outlier_at_state(P, X, y, W, a, k=4, method="lanczos", theory=False)
+    H = np.asarray(spectral.dense_hessian(P, X, y, a, W)).reshape(60, 2, 60, 2)
+    Hc = H[1:, :, 1:, :].reshape(118, 118)
+    np.testing.assert_allclose(dense.constrained_edge, np.linalg.eigvalsh(Hc)[0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(lanc.constrained_edge, dense.constrained_edge, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(lanc.eigenvalues, dense.eigenvalues, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(lanc.hard_weight[:2], dense.hard_weight[:2], atol=1e-5)
+    assert dense.eigenvalues[0] <= dense.constrained_edge + 1e-12 and dense.gap >= 0
+    assert np.all((dense.hard_weight >= 0) & (dense.hard_weight <= 1 + 1e-12))
+    assert dense.setting["delta"] == pytest.approx(5.0) and "theory_status" not in dense.setting
+    assert dense.theory_status.startswith("outlier status")

@@ -1,0 +1,171 @@
+"""The first phase at finite d, run to convergence (issue #4: does δ*(t) have a limit, and where?).
+
+The dynamic DMFT reaches physical times t·η ≈ 10–50; the first phase of phase retrieval
+relaxes over t·η ~ 10³–10⁴ (GeLU: the weights grow ~4× in norm first). Here the ground truth
+goes where the DMFT cannot: GD with the hard rows of W frozen at M^0 = 0
+(``dmft.simulate(..., freeze_hard=True)``: the manifold the d → ∞ first phase lives on), run
+until the train error stops moving; then at the final state (``spectral.hard_outlier_at_state``)
+
+- the bottom eigenpairs of the full W-Hessian and their weight on the hard rows (cos²),
+- the edge of the Hessian restricted to the non-hard rows (``constrained_edge``),
+- ``hard_weight_below_edge``: the summed hard weight of the eigenvectors below that edge
+  (interlacing: at most h·m of them). O(1/d)·few without an outlier, O(1) with one;
+- the outlier equation of THEORY §2 applied to the state's own empirical law of (ζ, D).
+
+A δ grid at two d per setting shows where a hard outlier exists at the end of the first phase:
+that is lim δ*(t) at finite d, the quantity the seed's δ_NN ≈ 6.0 (GeLU) / 3.6 (quadratic) is
+about. ``delta_star_d`` is where the seed-mean ``hard_weight_below_edge`` crosses 0.25 (linear
+interpolation on the grid; a finite-d convention, stated with its level).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+import dmft
+import spectral
+from dmft import activations
+from dmft.simulate import simulation_data
+
+from .bench_delta_star_trend import problem
+
+NAME = "first_phase"
+LEVEL = 0.25  # hard_weight_below_edge level that defines the finite-d δ*_d
+
+
+def _crossing(grid, w, level=LEVEL):
+    """First δ where the seed-mean weight crosses ``level`` upwards (linear interpolation); nan if never."""
+    for i in range(1, len(grid)):
+        if w[i - 1] < level <= w[i]:
+            return float(grid[i - 1] + (level - w[i - 1]) * (grid[i] - grid[i - 1]) / (w[i] - w[i - 1]))
+    return float(grid[0]) if w[0] >= level else float("nan")
+
+
+def accuracy_rows(rows) -> list:
+    """Theory at the state against the finite-d eigenpair, per (setting, d, δ) where every seed's
+    equation has an outlier: outlier location, mean over seeds, tolerance 3 combined seed s.e."""
+    acc = []
+    for row in rows:
+        ps = row["per_seed"]
+        if len(ps) < 2 or not all(p.get("theory_exists") for p in ps):
+            continue
+        th = np.array([p["theory_outlier"] for p in ps])
+        fd = np.array([p["eigenvalues"][0] for p in ps])
+        se_t, se_f = th.std(ddof=1) / np.sqrt(len(th)), fd.std(ddof=1) / np.sqrt(len(fd))
+        tol = 3.0 * float(np.hypot(se_t, se_f))
+        acc.append(dict(quantity=f"first phase {row['setting']} δ={row['delta']}: outlier (equation on the state's law vs bottom eigenvalue)",
+                        theory=float(th.mean()), theory_stderr=float(se_t), simulation=float(fd.mean()), sim_stderr=float(se_f),
+                        d=row["d"], seeds=len(ps), tolerance=tol, agree=bool(abs(th.mean() - fd.mean()) <= tol)))
+    return acc
+
+
+def verdicts(rows) -> dict:
+    """Per (setting, d): on how many (δ, seed) the equation's outlier verdict matches the finite-d
+    ``hard_weight_below_edge ≥ LEVEL``."""
+    out = {}
+    for row in rows:
+        for p in row["per_seed"]:
+            if "theory_exists" not in p or p["theory_status"] == "not computed":
+                continue
+            key = f"{row['setting']} | d={row['d']}"
+            n, k = out.get(key, (0, 0))
+            out[key] = (n + 1, k + int(bool(p["theory_exists"]) == (p["hard_weight_below_edge"] >= LEVEL)))
+    return {k: dict(cases=n, agree=a) for k, (n, a) in out.items()}
+
+
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = [
+        dict(name="quadratic, m=4, a=1/4 frozen, Q0=I", act="quadratic", a=0.25, lr=0.2, steps=4000,
+             grid=[2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0]),
+        dict(name="gelu, m=4, a=1/4 frozen, Q0=I (CLI default)", act="gelu", a=0.25, lr=4.0, steps=4000,
+             grid=[3.0, 4.5, 6.0, 8.0, 11.0, 15.0]),
+        dict(name="gelu, m=4, a=1/2 frozen, Q0=I", act="gelu", a=0.5, lr=1.0, steps=4000,
+             grid=[3.0, 4.5, 6.0, 8.0, 11.0, 15.0]),
+    ]
+    S = dict(ds=[200, 400], seeds=3, key=0, level=LEVEL, k=6, theory=True)
+    if tiny:  # quick: no theory-at-state (one outlier solve per n = one compilation each)
+        S.update(ds=[120, 240], seeds=2, theory=False)
+        settings = settings[:2]
+        settings[0].update(grid=[2.5, 3.5, 5.0], steps=2000)
+        settings[1].update(grid=[4.0, 8.0, 15.0], steps=2000)
+    if not quick:
+        S.update(ds=[400, 800, 1600], seeds=4)
+    rows, perf, summary = [], [], []
+    fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.8), squeeze=False)
+    for si, st in enumerate(settings):
+        P = problem(activations.get(st["act"]))
+        if st["a"] != 0.25:
+            P = dmft.Problem(teacher=P.teacher, student=dmft.TwoLayer(activation=P.student.activation, width=4,
+                             second_layer=jax.numpy.full(4, st["a"]), train_second_layer=False), loss=P.loss, init=P.init)
+        for d in S["ds"]:
+            w_mean = []
+            for delta in st["grid"]:
+                t0 = time.perf_counter()
+                sim = dmft.simulate(P, d=d, delta=delta, lr=st["lr"], steps=st["steps"], seeds=S["seeds"],
+                                    key=jax.random.fold_in(jax.random.key(S["key"]), d), return_weights=True,
+                                    freeze_hard=True, test_samples=1024)
+                jax.block_until_ready(sim.W)
+                t_sim = time.perf_counter() - t0
+                tr = np.asarray(sim.train_error_seeds)
+                per_seed = []
+                t1 = time.perf_counter()
+                for s in range(S["seeds"]):
+                    X, y = simulation_data(P, sim, s)
+                    o = spectral.hard_outlier_at_state(P, X, y, sim.W[s], sim.a[s], k=S["k"], theory=S["theory"])
+                    below = o.eigenvalues < o.constrained_edge
+                    per_seed.append(dict(
+                        eigenvalues=o.eigenvalues.tolist(), hard_weight=o.hard_weight.tolist(),
+                        constrained_edge=o.constrained_edge, gap=o.gap,
+                        hard_weight_below_edge=float(np.sum(o.hard_weight[below])),
+                        theory_outlier=o.theory_outlier, theory_cosine2=o.theory_cosine2, theory_edge=o.theory_edge,
+                        theory_margin=o.theory_margin, theory_exists=o.theory_exists, theory_status=o.theory_status,
+                        train_final=float(tr[s, -1]),
+                        train_rel_change_last_half=float(abs(tr[s, -1] - tr[s, st["steps"] // 2]) / tr[s, st["steps"] // 2]),
+                        gram_trace=float(np.trace(np.asarray(sim.gram_seeds[s, -1]))),
+                        hard_overlap_max=float(np.abs(np.asarray(sim.overlap_seeds[s, -1])).max())))
+                t_spec = time.perf_counter() - t1
+                wb = np.array([p["hard_weight_below_edge"] for p in per_seed])
+                w_mean.append(float(wb.mean()))
+                rows.append(dict(setting=st["name"], d=d, delta=delta, lr=st["lr"], steps=st["steps"],
+                                 physical_time=st["lr"] * st["steps"], seeds=S["seeds"],
+                                 hard_weight_below_edge_mean=float(wb.mean()),
+                                 hard_weight_below_edge_stderr=float(wb.std(ddof=1) / np.sqrt(len(wb))),
+                                 theory_exists_fraction=float(np.mean([p["theory_exists"] for p in per_seed])),
+                                 per_seed=per_seed, wall_sim_s=t_sim, wall_spectral_s=t_spec))
+                print(f"   {st['name']} d={d} δ={delta}: weight below edge {wb.mean():.3f} ± {wb.std(ddof=1) / np.sqrt(len(wb)):.3f}, "
+                      f"gap {np.mean([p['gap'] for p in per_seed]):.4f}, train change {max(p['train_rel_change_last_half'] for p in per_seed):.1e} "
+                      f"({t_sim:.0f}+{t_spec:.0f} s)", flush=True)
+                perf.append(dict(what=f"first phase {st['act']} d={d} δ={delta}: GD {st['steps']} steps x {S['seeds']} seeds",
+                                 value=t_sim, unit="s", ratio=None, note=jax.default_backend()))
+            ds_d = _crossing(st["grid"], w_mean)
+            summary.append(dict(setting=st["name"], d=d, delta_star_d=ds_d, level=LEVEL, grid=st["grid"],
+                                hard_weight_below_edge=w_mean,
+                                note=("nan: no crossing on the grid (no outlier at the end of the first phase for any δ "
+                                      "on the grid)" if not np.isfinite(ds_d) else "")))
+            axes[0, si].plot(st["grid"], w_mean, "o-", label=f"d={d}")
+        axes[0, si].axhline(LEVEL, color="k", lw=0.6, ls="--")
+        axes[0, si].set_title(st["name"], fontsize=8)
+        axes[0, si].set_xlabel("δ")
+        axes[0, si].set_ylabel("hard weight below the constrained edge")
+        axes[0, si].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(pathlib.Path(outdir) / "first_phase.png", dpi=110)
+    plt.close(fig)
+    return dict(setting=dict(S, settings=settings, problem="phase retrieval y=z^2, square loss, ridge 0, M0=0, hard rows of W frozen",
+                             observable=("hard_weight_below_edge = summed squared norm on the hard rows of the W-Hessian "
+                                         "eigenvectors below the edge of the Hessian restricted to the non-hard rows"),
+                             theory_at_state="outlier equation + bulk edge on the empirical law of (zeta, D) at the final state, "
+                                             "finite-n convention (truncation at the 1-1/n quantile) where D is unbounded below"),
+                accuracy=accuracy_rows(rows), performance=perf,
+                data=dict(summary=summary, verdicts=verdicts(rows), rows=rows),
+                figure="first_phase.png")

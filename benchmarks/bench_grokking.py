@@ -1,0 +1,151 @@
+"""Grokking and escape times (issue #4 item 5; THEORY §2–§3).
+
+Phase retrieval y = z², quadratic student m = 4, a = 1/4 frozen, Q0 = I, square loss, η = 0.2
+(the setting whose first phase has a hard outlier at δ ≳ 3.5, benchmarks/results/first_phase.json).
+
+- Test error against physical time t·η: DMFT (the first phase: the hard overlap stays 0, the
+  test error plateaus) and GD from a random init at several d (plateau, then a drop when the
+  hard overlap escapes), for δ below and above the threshold.
+- Escape time (first step with hard cos > 1/2) against log d. Along an outlier at distance κ
+  below the bulk edge, the hard overlap grows from O(d^{-1/2}) like exp(κ t·η), so
+  t_esc·η ≈ c + log d / (2κ): the slope of t_esc·η against log d is 1/(2κ). κ is measured
+  independently on the first phase at finite d (GD with the hard rows frozen,
+  ``dmft.simulate(freeze_hard=True)``, then ``spectral.hard_outlier_at_state``): the gap between
+  the constrained edge and the bottom eigenvalue, averaged over the checkpoints before the
+  escape (κ drifts while the first phase relaxes, so this is a time average, stated as such).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dmft
+import spectral
+from dmft import activations
+from dmft.simulate import simulation_data
+from dmft.success import success_curve
+
+from .bench_delta_star_trend import problem
+
+NAME = "grokking"
+
+
+def _kappa(P, d, delta, lr, steps_list, seeds, key):
+    """Gap (constrained edge − bottom eigenvalue) and the bottom eigenvector's hard weight on the
+    first phase at finite d, at each step count in ``steps_list`` (mean over seeds)."""
+    out = []
+    for st in steps_list:
+        sim = dmft.simulate(P, d=d, delta=delta, lr=lr, steps=int(st), seeds=seeds, key=key, return_weights=True,
+                            freeze_hard=True, test_samples=256)
+        g, w = [], []
+        for s in range(seeds):
+            X, y = simulation_data(P, sim, s)
+            o = spectral.hard_outlier_at_state(P, X, y, sim.W[s], sim.a[s], k=4, theory=False)
+            g.append(o.gap)
+            w.append(float(o.hard_weight[0]))
+        out.append(dict(steps=int(st), gap=float(np.mean(g)), gap_sd=float(np.std(g)), hard_weight0=float(np.mean(w))))
+    return out
+
+
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    quick, tiny = mode != "full", mode == "quick"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    S = dict(lr=0.2, steps=2500, ds=[200, 400, 800], deltas=[2.5, 4.0, 5.0, 6.0], seeds=6, key=0,
+             dmft=dict(steps=100, paths=4096), kappa_d=400, kappa_seeds=2)
+    if tiny:
+        S.update(steps=1200, ds=[100, 200, 400], deltas=[2.5, 6.0], seeds=4, dmft=dict(steps=50, paths=1024), kappa_d=200)
+    if not quick:
+        S.update(ds=[400, 800, 1600, 3200], seeds=8, dmft=dict(steps=200, paths=16384), kappa_d=800)
+    P = problem(activations.get("quadratic"))
+    lr = S["lr"]
+    perf, curves = [], {}
+    t0 = time.perf_counter()
+    traj = dmft.solve_sweep(P, jnp.asarray(S["deltas"]), lr=lr, steps=S["dmft"]["steps"], paths=S["dmft"]["paths"],
+                            key=jax.random.key(S["key"]), throw=False)
+    dm_test = np.asarray(traj.test_error)
+    perf.append(dict(what=f"DMFT δ sweep ({len(S['deltas'])} δ, T={S['dmft']['steps']}, {S['dmft']['paths']} paths)",
+                     value=time.perf_counter() - t0, unit="s", ratio=None, note=jax.default_backend()))
+    for d in S["ds"]:
+        t0 = time.perf_counter()
+        sc = success_curve(P, d, S["deltas"], lr=lr, steps=S["steps"], seeds=S["seeds"],
+                           key=jax.random.fold_in(jax.random.key(S["key"] + 1), d))
+        perf.append(dict(what=f"GD success curve d={d} ({len(S['deltas'])} δ x {S['seeds']} seeds x {S['steps']} steps)",
+                         value=time.perf_counter() - t0, unit="s", ratio=None, note=jax.default_backend()))
+        curves[d] = sc
+        print(f"   d={d}: success {sc.success.tolist()}, median escape step "
+              f"{[float(np.median(np.where(e >= 0, e, np.nan))) if np.any(e >= 0) else None for e in sc.escape_step]}", flush=True)
+    # escape time against log d, per δ where every seed escaped at every d
+    escape = []
+    for i, dv in enumerate(S["deltas"]):
+        per_d = [curves[d].escape_step[i] for d in S["ds"]]
+        all_esc = all(np.all(e >= 0) for e in per_d)
+        med = [float(np.median(e[e >= 0]) * lr) if np.any(e >= 0) else None for e in per_d]
+        sem = [float(1.2533 * np.std(e[e >= 0] * lr, ddof=1) / np.sqrt(np.sum(e >= 0))) if np.sum(e >= 0) > 1 else None
+               for e in per_d]
+        row = dict(delta=dv, d=S["ds"], escape_time_median=med, escape_time_median_stderr=sem,
+                   fraction_escaped=[float(np.mean(e >= 0)) for e in per_d], all_escaped=bool(all_esc))
+        if all_esc:
+            x = np.log(np.asarray(S["ds"], float))
+            slope, icpt = np.polyfit(x, np.asarray(med), 1)
+            row.update(slope_vs_log_d=float(slope), kappa_from_slope=float(1.0 / (2.0 * slope)) if slope > 0 else None)
+            # κ on the first phase at finite d, at checkpoints before the median escape (time average)
+            t_esc = int(np.median(curves[S["kappa_d"]].escape_step[i])) if S["kappa_d"] in S["ds"] else int(med[0] / lr)
+            cps = sorted({max(10, t_esc // 4), max(20, t_esc // 2), max(30, t_esc)})
+            kap = _kappa(P, S["kappa_d"], dv, lr, cps, S["kappa_seeds"], jax.random.key(S["key"] + 2))
+            kbar = float(np.mean([k["gap"] for k in kap]))
+            row.update(kappa_first_phase=kap, kappa_first_phase_mean=kbar,
+                       predicted_slope=float(1.0 / (2.0 * kbar)) if kbar > 0 else None,
+                       kappa_note=(f"gap = constrained edge - bottom eigenvalue of the W-Hessian on the first phase at "
+                                   f"d={S['kappa_d']} (hard rows frozen), mean over steps {cps}; κ in units of 1/(t·η)"))
+        escape.append(row)
+        print(f"   δ={dv}: escape t·η {med} (all escaped: {all_esc}); slope {row.get('slope_vs_log_d')}, "
+              f"predicted {row.get('predicted_slope')}", flush=True)
+    # figures
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    dmax = S["ds"][-1]
+    sc = curves[dmax]
+    for i, dv in enumerate(S["deltas"]):
+        ax[0].plot(sc.record_steps * lr, sc.test_curves[i], f"C{i}-", label=f"GD d={dmax}, δ={dv}")
+        ax[0].plot(np.arange(S["dmft"]["steps"] + 1) * lr, dm_test[i], f"C{i}--", lw=2, label=f"DMFT δ={dv} (first phase)")
+    ax[0].set_xscale("log")
+    ax[0].set_xlabel("t·η")
+    ax[0].set_ylabel("test error")
+    ax[0].legend(fontsize=6)
+    for i, dv in enumerate(S["deltas"]):
+        ax[1].plot(sc.record_steps * lr, np.median(sc.cos_curves[i], axis=0), f"C{i}-", label=f"δ={dv}")
+    ax[1].axhline(0.5, color="k", lw=0.5)
+    ax[1].set_xscale("log")
+    ax[1].set_xlabel("t·η")
+    ax[1].set_ylabel(f"hard cos (median of {S['seeds']} seeds, d={dmax})")
+    ax[1].legend(fontsize=7)
+    for i, row in enumerate(escape):
+        if row["all_escaped"]:
+            x = np.log(S["ds"])
+            ax[2].errorbar(x, row["escape_time_median"], [e or 0 for e in row["escape_time_median_stderr"]], fmt=f"C{i}o",
+                           label=f"δ={row['delta']}: slope {row['slope_vs_log_d']:.3g}")
+            if row.get("predicted_slope"):
+                ax[2].plot(x, row["escape_time_median"][0] + row["predicted_slope"] * (x - x[0]), f"C{i}--",
+                           label=f"1/(2κ) = {row['predicted_slope']:.3g}")
+    ax[2].set_xlabel("log d")
+    ax[2].set_ylabel("escape time t·η (median)")
+    ax[2].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(pathlib.Path(outdir) / "grokking.png", dpi=110)
+    plt.close(fig)
+    data = dict(escape=escape, dmft_test=dict(deltas=S["deltas"], steps=S["dmft"]["steps"], test_error=dm_test.tolist()),
+                gd={str(d): dict(record_steps=c.record_steps.tolist(), test=c.test_curves.tolist(), train=c.train_curves.tolist(),
+                                 success=c.success.tolist(), escape_step=c.escape_step.tolist(),
+                                 cos_median=np.median(c.cos_curves, axis=1).tolist()) for d, c in curves.items()})
+    return dict(setting=dict(S, problem="phase retrieval y=z^2, quadratic m=4, a=1/4 frozen, Q0=I, square loss, ridge 0",
+                             init="GD: random init (hard overlap O(d^-1/2)); DMFT: M0=0 (the first phase)",
+                             escape="first step with hard cos > 1/2; time in units of t·η"),
+                accuracy=[], performance=perf, data=data, figure="grokking.png")

@@ -1,0 +1,124 @@
+"""The hard-direction outlier at a finite-d GD state, and the outlier equation applied to
+that state's own law (THEORY §2–§3).
+
+At a finite-d state ``(X, y, W, a)`` (e.g. the end of ``dmft.simulate(..., freeze_hard=True)``,
+the first phase at finite d) the W-Hessian is ``H = (1/n) Σ_i x_i x_iᵀ ⊗ D_i + λI``. Split
+``R^{dm}`` into the hard rows ``Θ_h ⊗ R^m`` and the rest. Then:
+
+- ``constrained_edge``: the smallest eigenvalue of ``H`` restricted to the non-hard rows
+  (the finite-d bulk edge seen by everything but the hard directions);
+- ``eigenvalues`` / ``hard_weight``: the bottom eigenpairs of the full ``H`` and the squared
+  norm of each eigenvector on the hard rows (its ``cos²`` with the hard subspace).
+
+By Cauchy interlacing ``eigenvalues[0] ≤ constrained_edge`` always; without an outlier the
+gap is ``O(1/d)`` and the hard weight ``O(1/d)``; with one, both are ``O(1)``.
+
+The *theory at the state* applies the outlier equation and the bulk edge of THEORY §2 to the
+empirical law of ``(ζ_i, D_i)``, ``ζ_i = x_i[hard]`` (n samples, finite-n convention at that
+n if ``D`` is unbounded below). It checks the equations at times the dynamic DMFT cannot reach:
+theory and finite-d eigenpair should agree up to finite-size corrections.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._errors import SpectralError
+from .hessian import block_matvec, dense_block_matrix, finite_blocks
+from .lanczos import lanczos_extreme
+from .law import law_from_samples
+from .outliers import outlier
+from .stieltjes import bulk_edge
+
+
+class StateOutlier(eqx.Module):
+    """Finite-d bottom spectrum along the hard rows, and the outlier equation at the same state.
+    Eigenvalues include the ridge. ``theory_*`` are nan when the equation has no outlier
+    (``theory_exists`` False) or failed (``theory_status`` says which)."""
+
+    eigenvalues: np.ndarray        # bottom k eigenvalues of H (finite d)
+    hard_weight: np.ndarray        # squared norm of each eigenvector on the hard rows
+    constrained_edge: float        # smallest eigenvalue of H on the non-hard rows
+    theory_outlier: float
+    theory_cosine2: float
+    theory_edge: float
+    theory_margin: float           # extreme eigenvalue of A at the edge: < 0 ⇔ outlier exists
+    theory_exists: bool
+    theory_status: str
+    setting: Optional[dict] = None
+
+    @property
+    def gap(self) -> float:
+        """``constrained_edge − eigenvalues[0]`` (≥ 0): O(1) with an outlier, O(1/d) without."""
+        return float(self.constrained_edge - self.eigenvalues[0])
+
+
+def hard_outlier_at_state(problem, X, y, W, a, *, hard=None, k: int = 6, method: str = "auto",
+                          key=None, theory: bool = True) -> StateOutlier:
+    """Bottom eigenpairs of the W-Hessian at ``(X, y, W, a)`` with their hard-row weights, the
+    constrained (non-hard) edge, and the outlier equation on the empirical law of the state.
+
+    ``hard``: teacher coordinates that are hard (default: the teacher's). ``method``: "dense"
+    (eigh, d·m ≤ 6000), "lanczos" (matrix-free; the constrained edge via the HVP with the hard
+    rows shifted far up), or "auto".
+    """
+    hard = tuple(problem.teacher.hard_coordinates()) if hard is None else tuple(int(j) for j in hard)
+    if not hard:
+        raise SpectralError("hard_outlier_at_state needs hard teacher coordinates (Teacher.hard or an even link).")
+    n, d = X.shape
+    m = problem.m
+    if W.shape != (d, m):
+        raise SpectralError(f"W must have shape (d, m) = ({d}, {m}); got {W.shape}.")
+    if method == "auto":
+        method = "dense" if d * m <= 6000 else "lanczos"
+    if method not in ("dense", "lanczos"):
+        raise SpectralError(f"method must be 'dense', 'lanczos' or 'auto'; got {method!r}.")
+    ridge = float(problem.ridge)
+    D = finite_blocks(problem, X, y, a, W)
+    rows = np.zeros(d, bool)
+    rows[list(hard)] = True
+    if method == "dense":
+        H = np.asarray(dense_block_matrix(X, D, ridge))
+        ev, vec = np.linalg.eigh(H)
+        ev, vec = ev[:k], vec[:, :k].reshape(d, m, k)
+        keep = np.repeat(~rows, m)
+        edge_c = float(np.linalg.eigvalsh(H[np.ix_(keep, keep)])[0])
+    else:
+        key = jax.random.key(0) if key is None else key
+        mv = block_matvec(X, D, ridge)
+        res = lanczos_extreme(mv, (d, m), k, key, which="smallest")
+        ev, vec = np.asarray(res.eigenvalues), np.moveaxis(np.asarray(res.eigenvectors), 0, -1)
+        mask = jnp.asarray(rows)[:, None]
+        big = 10.0 * float(jnp.max(jnp.abs(D))) * (1 + np.sqrt(d / n)) ** 2 + abs(ridge) + 1.0
+
+        def mv_c(V):
+            Vp = jnp.where(mask, 0.0, V)
+            return jnp.where(mask, big * V, mv(Vp))
+
+        res_c = lanczos_extreme(mv_c, (d, m), 1, jax.random.fold_in(key, 1), which="smallest")
+        edge_c = float(res_c.eigenvalues[0])
+    hw = (vec[list(hard)] ** 2).sum(axis=(0, 1))
+    setting = dict(d=int(d), n=int(n), delta=n / d, m=int(m), hard=list(hard), method=method, ridge=ridge, k=int(k))
+    t = dict(theory_outlier=np.nan, theory_cosine2=np.nan, theory_edge=np.nan, theory_margin=np.nan,
+             theory_exists=False, theory_status="not computed")
+    if theory:
+        law = law_from_samples(D, zeta=X[:, list(hard)], source=f"finite-d state d={d} n={n}")
+        conv = "finite-n" if "bottom" in law.unbounded else None
+        try:
+            o = outlier(law, n / d, "bottom", convention=conv, n=n if conv else None, throw=False)
+            e = bulk_edge(law, n / d, "bottom", convention=conv, n=n if conv else None, throw=False)
+            exists = bool(o.exists)
+            t = dict(theory_outlier=float(o.eigenvalue) + ridge if exists else np.nan,
+                     theory_cosine2=float(o.cosine2) if exists else 0.0, theory_edge=float(e.edge) + ridge,
+                     theory_margin=float(o.margin), theory_exists=exists,
+                     theory_status=f"outlier status {int(o.status)}, edge status {int(e.status)}")
+            setting["convention"] = o.convention
+        except SpectralError as exc:  # reported, not raised: the finite-d part stands on its own
+            t["theory_status"] = f"failed: {exc}"
+    return StateOutlier(eigenvalues=np.asarray(ev), hard_weight=np.asarray(hw), constrained_edge=edge_c,
+                        setting=setting, **t)
