@@ -94,10 +94,10 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     ]
     S = dict(ds=[200, 400], seeds=3, key=0, level=LEVEL, k=6, theory=True)
     if tiny:  # quick: no theory-at-state (one outlier solve per n = one compilation each)
-        S.update(ds=[120, 240], seeds=2, theory=False)
+        S.update(ds=[100, 200], seeds=2, theory=False)
         settings = settings[:2]
-        settings[0].update(grid=[2.5, 3.5, 5.0], steps=2000)
-        settings[1].update(grid=[4.0, 8.0, 15.0], steps=2000)
+        settings[0].update(grid=[2.5, 5.0], steps=2000)
+        settings[1].update(grid=[4.0, 15.0], steps=2000)
     if not quick:
         S.update(ds=[400, 800, 1600], seeds=4)
     rows, perf, summary = [], [], []
@@ -108,7 +108,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
             P = dmft.Problem(teacher=P.teacher, student=dmft.TwoLayer(activation=P.student.activation, width=4,
                              second_layer=jax.numpy.full(4, st["a"]), train_second_layer=False), loss=P.loss, init=P.init)
         for d in S["ds"]:
-            w_mean = []
+            w_mean, w_se = [], []
             for delta in st["grid"]:
                 t0 = time.perf_counter()
                 sim = dmft.simulate(P, d=d, delta=delta, lr=st["lr"], steps=st["steps"], seeds=S["seeds"],
@@ -136,6 +136,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                 t_spec = time.perf_counter() - t1
                 wb = np.array([p["hard_weight_below_edge"] for p in per_seed])
                 w_mean.append(float(wb.mean()))
+                w_se.append(float(wb.std(ddof=1) / np.sqrt(len(wb))))
                 rows.append(dict(setting=st["name"], d=d, delta=delta, lr=st["lr"], steps=st["steps"],
                                  physical_time=st["lr"] * st["steps"], seeds=S["seeds"],
                                  hard_weight_below_edge_mean=float(wb.mean()),
@@ -152,7 +153,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                                 hard_weight_below_edge=w_mean,
                                 note=("nan: no crossing on the grid (no outlier at the end of the first phase for any δ "
                                       "on the grid)" if not np.isfinite(ds_d) else "")))
-            axes[0, si].plot(st["grid"], w_mean, "o-", label=f"d={d}")
+            axes[0, si].errorbar(st["grid"], w_mean, w_se, fmt="o-", label=f"d={d} ({S['seeds']} seeds)")
         axes[0, si].axhline(LEVEL, color="k", lw=0.6, ls="--")
         axes[0, si].set_title(st["name"], fontsize=8)
         axes[0, si].set_xlabel("δ")

@@ -6,13 +6,13 @@ Phase retrieval y = z², quadratic student m = 4, a = 1/4 frozen, Q0 = I, square
 - Test error against physical time t·η: DMFT (the first phase: the hard overlap stays 0, the
   test error plateaus) and GD from a random init at several d (plateau, then a drop when the
   hard overlap escapes), for δ below and above the threshold.
-- Escape time (first step with hard cos > 1/2) against log d. Along an outlier at distance κ
-  below the bulk edge, the hard overlap grows from O(d^{-1/2}) like exp(κ t·η), so
-  t_esc·η ≈ c + log d / (2κ): the slope of t_esc·η against log d is 1/(2κ). κ is measured
-  independently on the first phase at finite d (GD with the hard rows frozen,
-  ``dmft.simulate(freeze_hard=True)``, then ``spectral.hard_outlier_at_state``): the gap between
-  the constrained edge and the bottom eigenvalue, averaged over the checkpoints before the
-  escape (κ drifts while the first phase relaxes, so this is a time average, stated as such).
+- Escape time (first step with hard cos > 1/2) against log d. Along an outlier at distance κ(t)
+  below the bulk edge the hard overlap grows from O(d^{-1/2}) like exp ∫κ d(t·η), so (THEORY §3)
+  ∫_0^{t_esc} κ = ½ log d + c. κ(t) is measured independently on the first phase at finite d
+  (GD with the hard rows frozen, ``dmft.simulate(freeze_hard=True)``, then
+  ``spectral.hard_outlier_at_state``) at checkpoints; the test without a free constant is
+  I(t_esc(d2)) − I(t_esc(d1)) = ½ log(d2/d1) (``benchmarks/escape_integral.py``), and the
+  slope of t_esc against log d is compared with 1/(2κ(t_esc)).
 """
 
 from __future__ import annotations
@@ -25,31 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import dmft
-import spectral
 from dmft import activations
-from dmft.simulate import simulation_data
 from dmft.success import success_curve
 
 from .bench_delta_star_trend import problem
+from .escape_integral import accuracy_from_pairs, escape_pairs, kappa_curve
 
 NAME = "grokking"
-
-
-def _kappa(P, d, delta, lr, steps_list, seeds, key):
-    """Gap (constrained edge − bottom eigenvalue) and the bottom eigenvector's hard weight on the
-    first phase at finite d, at each step count in ``steps_list`` (mean over seeds)."""
-    out = []
-    for st in steps_list:
-        sim = dmft.simulate(P, d=d, delta=delta, lr=lr, steps=int(st), seeds=seeds, key=key, return_weights=True,
-                            freeze_hard=True, test_samples=256)
-        g, w = [], []
-        for s in range(seeds):
-            X, y = simulation_data(P, sim, s)
-            o = spectral.hard_outlier_at_state(P, X, y, sim.W[s], sim.a[s], k=4, theory=False)
-            g.append(o.gap)
-            w.append(float(o.hard_weight[0]))
-        out.append(dict(steps=int(st), gap=float(np.mean(g)), gap_sd=float(np.std(g)), hard_weight0=float(np.mean(w))))
-    return out
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
@@ -60,14 +42,15 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     import matplotlib.pyplot as plt
 
     S = dict(lr=0.2, steps=2500, ds=[200, 400, 800], deltas=[2.5, 4.0, 5.0, 6.0], seeds=6, key=0,
-             dmft=dict(steps=100, paths=4096), kappa_d=400, kappa_seeds=2)
+             dmft=dict(steps=100, paths=4096), kappa_d=400, kappa_seeds=3, kappa_checkpoints=12)
     if tiny:
-        S.update(steps=1200, ds=[100, 200, 400], deltas=[2.5, 6.0], seeds=4, dmft=dict(steps=50, paths=1024), kappa_d=200)
+        S.update(steps=1200, ds=[100, 200, 400], deltas=[2.5, 6.0], seeds=4, dmft=dict(steps=50, paths=1024), kappa_d=200,
+                 kappa_seeds=2, kappa_checkpoints=6)
     if not quick:
         S.update(ds=[400, 800, 1600, 3200], seeds=8, dmft=dict(steps=200, paths=16384), kappa_d=800)
     P = problem(activations.get("quadratic"))
     lr = S["lr"]
-    perf, curves = [], {}
+    perf, curves, acc = [], {}, []
     t0 = time.perf_counter()
     traj = dmft.solve_sweep(P, jnp.asarray(S["deltas"]), lr=lr, steps=S["dmft"]["steps"], paths=S["dmft"]["paths"],
                             key=jax.random.key(S["key"]), throw=False)
@@ -97,18 +80,28 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
             x = np.log(np.asarray(S["ds"], float))
             slope, icpt = np.polyfit(x, np.asarray(med), 1)
             row.update(slope_vs_log_d=float(slope), kappa_from_slope=float(1.0 / (2.0 * slope)) if slope > 0 else None)
-            # κ on the first phase at finite d, at checkpoints before the median escape (time average)
-            t_esc = int(np.median(curves[S["kappa_d"]].escape_step[i])) if S["kappa_d"] in S["ds"] else int(med[0] / lr)
-            cps = sorted({max(10, t_esc // 4), max(20, t_esc // 2), max(30, t_esc)})
-            kap = _kappa(P, S["kappa_d"], dv, lr, cps, S["kappa_seeds"], jax.random.key(S["key"] + 2))
-            kbar = float(np.mean([k["gap"] for k in kap]))
-            row.update(kappa_first_phase=kap, kappa_first_phase_mean=kbar,
-                       predicted_slope=float(1.0 / (2.0 * kbar)) if kbar > 0 else None,
-                       kappa_note=(f"gap = constrained edge - bottom eigenvalue of the W-Hessian on the first phase at "
-                                   f"d={S['kappa_d']} (hard rows frozen), mean over steps {cps}; κ in units of 1/(t·η)"))
+            # κ(t) on the first phase at finite d (hard rows frozen), checkpoints up to past the latest escape
+            tmax = max(2, int(1.3 * max(med) / lr))
+            cps = sorted({int(c) for c in np.geomspace(1, tmax, S["kappa_checkpoints"])})
+            t0 = time.perf_counter()
+            kc = kappa_curve(P, S["kappa_d"], dv, lr, cps, S["kappa_seeds"], jax.random.key(S["key"] + 2))
+            perf.append(dict(what=f"κ(t) on the first phase δ={dv}, d={S['kappa_d']}, {len(cps)} checkpoints",
+                             value=time.perf_counter() - t0, unit="s", ratio=None, note=jax.default_backend()))
+            se_t = np.array([e if e is not None else np.nan for e in sem], float)
+            pairs = escape_pairs(S["ds"], np.asarray(med), se_t, kc, lr)
+            acc.extend(accuracy_from_pairs(pairs, dv, S["seeds"]))
+            tt = np.array([c["steps"] * lr for c in kc])
+            k_mid = float(np.interp(np.median(med), tt, [c["kappa_edge"] for c in kc]))
+            row.update(kappa_first_phase=kc, escape_integral_pairs=pairs, kappa_at_median_escape=k_mid,
+                       predicted_slope=float(1.0 / (2.0 * k_mid)) if k_mid > 0 else None,
+                       kappa_note=(f"κ(t) = constrained edge − bottom eigenvalue of the W-Hessian on the first phase at "
+                                   f"d={S['kappa_d']} (hard rows frozen), {S['kappa_seeds']} seeds; predicted slope "
+                                   "= 1/(2κ(t_esc)) at the median escape time; units of t·η"))
         escape.append(row)
         print(f"   δ={dv}: escape t·η {med} (all escaped: {all_esc}); slope {row.get('slope_vs_log_d')}, "
-              f"predicted {row.get('predicted_slope')}", flush=True)
+              f"predicted {row.get('predicted_slope')}; " + "; ".join(
+                  f"{p['kappa']} d{p['d1']}->{p['d2']}: ΔI={p['delta_integral']:.3f}±{p['stderr']:.3f} (pred {p['predicted']:.3f})"
+                  for p in row.get("escape_integral_pairs", [])), flush=True)
     # figures
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     dmax = S["ds"][-1]
@@ -148,4 +141,4 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     return dict(setting=dict(S, problem="phase retrieval y=z^2, quadratic m=4, a=1/4 frozen, Q0=I, square loss, ridge 0",
                              init="GD: random init (hard overlap O(d^-1/2)); DMFT: M0=0 (the first phase)",
                              escape="first step with hard cos > 1/2; time in units of t·η"),
-                accuracy=[], performance=perf, data=data, figure="grokking.png")
+                accuracy=acc, performance=perf, data=data, figure="grokking.png")

@@ -51,11 +51,11 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    S = dict(lr=0.2, steps=3000, ds=[500, 1000, 2000], grid=[2.5, 3.0, 3.5, 4.0], seeds=8, key=0)
+    S = dict(lr=0.2, steps=3000, ds=[500, 1000], grid=[2.0, 2.5, 3.0, 3.5, 4.0], seeds=8, key=0)
     if tiny:
         S.update(steps=1500, ds=[100, 200], grid=[2.0, 3.0, 4.0], seeds=4)
     if not quick:
-        S.update(ds=[500, 1000, 2000, 4000, 8000], seeds=16, steps=4000)
+        S.update(ds=[500, 1000, 2000, 4000], seeds=16, steps=4000)
     P = problem(activations.get("quadratic"))
     rows, perf = [], []
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
