@@ -77,14 +77,18 @@ def verdicts(rows) -> dict:
     return {k: dict(cases=n, agree=a) for k, (n, a) in out.items()}
 
 
-def run(mode: str, outdir: pathlib.Path) -> dict:
+def run(mode: str, outdir: pathlib.Path, settings=None, quick_settings=None, name: str = NAME,
+        problem_note: str = "phase retrieval y=z^2, square loss, ridge 0, M0=0, hard rows of W frozen") -> dict:
+    """``settings`` / ``quick_settings`` override the default list (e.g. ``bench_first_phase_bounded``);
+    a setting may carry ``loss="huber:w"``."""
     quick, tiny = mode != "full", mode == "quick"
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = [
+    default = settings is None
+    settings = settings if settings is not None else [
         dict(name="quadratic, m=4, a=1/4 frozen, Q0=I", act="quadratic", a=0.25, lr=0.2, steps=4000,
              grid=[2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0]),
         dict(name="gelu, m=4, a=1/4 frozen, Q0=I (CLI default)", act="gelu", a=0.25, lr=4.0, steps=4000,
@@ -95,18 +99,23 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     S = dict(ds=[200, 400], seeds=3, key=0, level=LEVEL, k=6, theory=True)
     if tiny:  # quick: no theory-at-state (one outlier solve per n = one compilation each)
         S.update(ds=[100, 200], seeds=2, theory=False)
-        settings = settings[:2]
-        settings[0].update(grid=[2.5, 5.0], steps=2000)
-        settings[1].update(grid=[4.0, 15.0], steps=2000)
+        if default:
+            settings = settings[:2]
+            settings[0].update(grid=[2.5, 5.0], steps=2000)
+            settings[1].update(grid=[4.0, 15.0], steps=2000)
+        elif quick_settings is not None:
+            settings = quick_settings
     if not quick:
         S.update(ds=[400, 800, 1600], seeds=4)
     rows, perf, summary = [], [], []
     fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.8), squeeze=False)
     for si, st in enumerate(settings):
         P = problem(activations.get(st["act"]))
-        if st["a"] != 0.25:
+        loss = st.get("loss", "square")
+        lossf = P.loss if loss == "square" else dmft.huber_loss(float(loss.split(":")[1]))
+        if st["a"] != 0.25 or loss != "square":
             P = dmft.Problem(teacher=P.teacher, student=dmft.TwoLayer(activation=P.student.activation, width=4,
-                             second_layer=jax.numpy.full(4, st["a"]), train_second_layer=False), loss=P.loss, init=P.init)
+                             second_layer=jax.numpy.full(4, st["a"]), train_second_layer=False), loss=lossf, init=P.init)
         for d in S["ds"]:
             w_mean, w_se = [], []
             for delta in st["grid"]:
@@ -160,13 +169,13 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         axes[0, si].set_ylabel("hard weight below the constrained edge")
         axes[0, si].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(pathlib.Path(outdir) / "first_phase.png", dpi=110)
+    fig.savefig(pathlib.Path(outdir) / f"{name}.png", dpi=110)
     plt.close(fig)
-    return dict(setting=dict(S, settings=settings, problem="phase retrieval y=z^2, square loss, ridge 0, M0=0, hard rows of W frozen",
+    return dict(setting=dict(S, settings=settings, problem=problem_note,
                              observable=("hard_weight_below_edge = summed squared norm on the hard rows of the W-Hessian "
                                          "eigenvectors below the edge of the Hessian restricted to the non-hard rows"),
                              theory_at_state="outlier equation + bulk edge on the empirical law of (zeta, D) at the final state, "
                                              "finite-n convention (truncation at the 1-1/n quantile) where D is unbounded below"),
                 accuracy=accuracy_rows(rows), performance=perf,
                 data=dict(summary=summary, verdicts=verdicts(rows), rows=rows),
-                figure="first_phase.png")
+                figure=f"{name}.png")
