@@ -24,12 +24,14 @@ from spectral.thresholds import _root_on_grid, margins_from_sweep
 NAME = "delta_star_trend"
 
 
-def problem(act, m=4, train_a=False, init_scale=1.0):
-    """Phase retrieval y = z², square loss, a = 1/m (frozen unless ``train_a``), Q0 = init_scale² I, M0 = 0."""
+def problem(act, m=4, train_a=False, init_scale=1.0, a=None, loss=dmft.square_loss):
+    """Phase retrieval y = z², ``loss`` (default square), second layer ``a`` for every unit (default
+    1/m; frozen unless ``train_a``), Q0 = init_scale² I, M0 = 0."""
+    a = 1.0 / m if a is None else a
     return dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
-                        student=dmft.TwoLayer(activation=act, width=m, second_layer=jnp.ones(m) / m,
+                        student=dmft.TwoLayer(activation=act, width=m, second_layer=jnp.full(m, a),
                                               train_second_layer=train_a),
-                        loss=dmft.square_loss,
+                        loss=loss,
                         init=dmft.Init(q0=init_scale**2 * jnp.eye(m), overlap=jnp.zeros((1, m))))
 
 

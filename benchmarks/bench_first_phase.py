@@ -110,12 +110,9 @@ def run(mode: str, outdir: pathlib.Path, settings=None, quick_settings=None, nam
     rows, perf, summary = [], [], []
     fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.8), squeeze=False)
     for si, st in enumerate(settings):
-        P = problem(activations.get(st["act"]))
         loss = st.get("loss", "square")
-        lossf = P.loss if loss == "square" else dmft.huber_loss(float(loss.split(":")[1]))
-        if st["a"] != 0.25 or loss != "square":
-            P = dmft.Problem(teacher=P.teacher, student=dmft.TwoLayer(activation=P.student.activation, width=4,
-                             second_layer=jax.numpy.full(4, st["a"]), train_second_layer=False), loss=lossf, init=P.init)
+        P = problem(activations.get(st["act"]), a=st["a"],
+                    loss=dmft.square_loss if loss == "square" else dmft.huber_loss(float(loss.split(":")[1])))
         for d in S["ds"]:
             w_mean, w_se = [], []
             for delta in st["grid"]:
@@ -131,11 +128,9 @@ def run(mode: str, outdir: pathlib.Path, settings=None, quick_settings=None, nam
                 for s in range(S["seeds"]):
                     X, y = simulation_data(P, sim, s)
                     o = spectral.hard_outlier_at_state(P, X, y, sim.W[s], sim.a[s], k=S["k"], theory=S["theory"])
-                    below = o.eigenvalues < o.constrained_edge
                     per_seed.append(dict(
                         eigenvalues=o.eigenvalues.tolist(), hard_weight=o.hard_weight.tolist(),
-                        constrained_edge=o.constrained_edge, gap=o.gap,
-                        hard_weight_below_edge=float(np.sum(o.hard_weight[below])),
+                        constrained_edge=o.constrained_edge, gap=o.gap, hard_weight_below_edge=o.hard_weight_below_edge,
                         theory_outlier=o.theory_outlier, theory_cosine2=o.theory_cosine2, theory_edge=o.theory_edge,
                         theory_margin=o.theory_margin, theory_exists=o.theory_exists, theory_status=o.theory_status,
                         train_final=float(tr[s, -1]),

@@ -53,6 +53,12 @@ class StateOutlier(eqx.Module):
     setting: Optional[dict] = None
 
     @property
+    def hard_weight_below_edge(self) -> float:
+        """Summed hard weight of the computed eigenvectors below ``constrained_edge`` (interlacing:
+        at most h·m of them): O(1/d)·few without an outlier, O(1) with one."""
+        return float(np.sum(self.hard_weight[self.eigenvalues < self.constrained_edge]))
+
+    @property
     def gap(self) -> float:
         """``constrained_edge − eigenvalues[0]`` (≥ 0): O(1) with an outlier, O(1/d) without."""
         return float(self.constrained_edge - self.eigenvalues[0])

@@ -98,9 +98,9 @@ def test_tridiag_multisection_matches_eigvalsh():
 
 
 def _pr_problem(act=jnp.square, m=2):
-    return dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
-                        student=dmft.TwoLayer(activation=act, width=m, second_layer=jnp.ones(m) / m, train_second_layer=False),
-                        loss=dmft.square_loss, init=dmft.Init(q0=jnp.eye(m), overlap=jnp.zeros((1, m))))
+    from benchmarks.bench_delta_star_trend import problem
+
+    return problem(act, m=m)
 
 
 def test_freeze_hard_keeps_first_phase():
