@@ -29,6 +29,7 @@ ACTIVATIONS = {
     "quadratic": quadratic,
     "erf": erf,
     "softplus": jax.nn.softplus,
+    "silu": jax.nn.silu,
 }
 
 

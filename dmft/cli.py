@@ -97,7 +97,7 @@ def demo(
 # thresholds: delta-nn and simulate
 # ---------------------------------------------------------------------------------------
 
-ACTIVATION_NAMES = ("gelu", "relu", "tanh", "quadratic", "erf", "softplus", "relu-power")  # dmft.activations
+ACTIVATION_NAMES = ("gelu", "relu", "tanh", "quadratic", "erf", "softplus", "silu", "relu-power")  # dmft.activations
 TARGETS = ("phase-retrieval", "noisy-phase-retrieval", "abs", "easy-hard")
 
 
@@ -141,7 +141,7 @@ def make_activation(name: str, power: float = 2.0):
     return fn
 
 
-def make_problem(target, activation, width, loss, init_scale, train_second_layer, power=2.0, noise=0.1):
+def make_problem(target, activation, width, loss, init_scale, train_second_layer, power=2.0, noise=0.1, ridge=0.0):
     import jax.numpy as jnp
 
     import dmft
@@ -168,12 +168,14 @@ def make_problem(target, activation, width, loss, init_scale, train_second_layer
         raise CLIError("--width must be >= 1.")
     if not init_scale > 0:
         raise CLIError("--init-scale must be > 0.")
+    if not ridge >= 0:
+        raise CLIError("--ridge must be >= 0.")
     k = teacher.k
     return dmft.Problem(
         teacher=teacher,
         student=dmft.TwoLayer(activation=act, width=width, second_layer=jnp.ones(width) / width,
                               train_second_layer=train_second_layer),
-        loss=lossf,
+        loss=lossf, ridge=ridge,
         init=dmft.Init(q0=init_scale**2 * jnp.eye(width), overlap=jnp.zeros((k, width))),
     )
 
@@ -207,6 +209,9 @@ def delta_nn(
     convention: str = typer.Option("finite-n", help="finite-n or strict"),
     repeats: int = typer.Option(2, help="independent keys for the Monte Carlo uncertainty"),
     stationarity_tol: float = typer.Option(0.02, help="relative change over the last half of the horizon below which the first phase counts as converged"),
+    ridge: float = typer.Option(0.0, help="ridge λ on W (the Hessian's W-block is H_data + λ I)"),
+    criterion: str = typer.Option("negative", help="negative: an outlier of H + λI below 0 and the bulk (THEORY §2); "
+                                  "separation: any outlier below the bulk edge"),
     seed: int = typer.Option(0),
     json_out: pathlib.Path = typer.Option(None, "--json", help="write the result as JSON"),
     plot: pathlib.Path = typer.Option(None, "--plot", help="write a figure (margin curves and δ*(t))"),
@@ -218,7 +223,9 @@ def delta_nn(
 
         from spectral.thresholds import delta_star
 
-        problem = make_problem(target, activation, width, loss, init_scale, train_second_layer, power)
+        if criterion not in ("negative", "separation"):
+            raise CLIError(f"--criterion {criterion!r}: choose negative or separation.")
+        problem = make_problem(target, activation, width, loss, init_scale, train_second_layer, power, ridge=ridge)
         g = _grid(grid)
         if convention not in ("finite-n", "strict"):
             raise CLIError("--convention must be finite-n or strict.")
@@ -239,7 +246,8 @@ def delta_nn(
 
         res = delta_star(problem, grid=g, lr=lr, steps=steps, times=ts, paths=paths, key=jax.random.key(seed),
                          convention=convention, d=d if convention == "finite-n" else None, repeats=repeats,
-                         refine=refine, stationarity_tol=stationarity_tol, progress=progress)
+                         refine=refine, stationarity_tol=stationarity_tol, progress=progress,
+                         level="auto" if criterion == "negative" else "edge")
     wall = time.perf_counter() - t0
     if res.status == "no-bracket":
         typer.echo(f"error: {res.message}", err=True)
@@ -263,7 +271,7 @@ def delta_nn(
             ax[0].plot(res.coarse.deltas, np.where(np.isfinite(m), m, np.nan), "o-", label=f"t={t}")
         ax[0].axhline(0, color="k", lw=0.5)
         ax[0].set_xlabel("δ")
-        ax[0].set_ylabel("outlier margin λ_min A(edge)")
+        ax[0].set_ylabel("outlier margin λ_min A(min(edge, level))")
         ax[0].legend(fontsize=7)
         ax[1].errorbar(res.times, res.delta_star, res.delta_star_stderr, fmt="s-")
         ax[1].set_xlabel("GD step t")
@@ -282,7 +290,7 @@ def delta_nn(
                             stderr=np.asarray(res.delta_star_stderr).tolist(), bracket=np.asarray(res.bracket).tolist()),
             setting={**res.setting, **dict(target=target, activation=activation, width=width, loss=loss,
                                            init_scale=init_scale, train_second_layer=train_second_layer, power=power,
-                                           lr=lr, steps=steps, d=d, seed=seed)},
+                                           lr=lr, steps=steps, d=d, seed=seed, ridge=ridge, criterion_option=criterion)},
             diagnostics={**res.diagnostics, **dict(status=res.status, message=res.message, wall_s=wall)},
         )
         tmp = json_out.with_suffix(json_out.suffix + ".tmp")
@@ -309,6 +317,7 @@ def simulate_cmd(
     d: str = typer.Option("100,200", help="comma-separated dimensions"),
     seeds: int = typer.Option(4),
     seed: int = typer.Option(0),
+    ridge: float = typer.Option(0.0, help="ridge λ on W"),
     json_out: pathlib.Path = typer.Option(None, "--json"),
     plot: pathlib.Path = typer.Option(None, "--plot"),
 ):
@@ -318,7 +327,7 @@ def simulate_cmd(
 
         from dmft.success import success_curve
 
-        problem = make_problem(target, activation, width, loss, init_scale, train_second_layer, power)
+        problem = make_problem(target, activation, width, loss, init_scale, train_second_layer, power, ridge=ridge)
         g = _grid(grid)
         dims = [int(x) for x in d.split(",") if x.strip()]
     except (CLIError, ValueError) as exc:

@@ -75,7 +75,8 @@ class OutlierResult(eqx.Module):
     """Outlier on ``side`` along the hard subspace. ``exists`` False ⇒ ``eigenvalue`` = nan,
     ``cosine2`` = 0 and ``status`` NO_OUTLIER (or UNBOUNDED_SUPPORT under the strict
     convention on an unbounded side). ``vector`` = b (hard block of the eigenvector,
-    length h m); ``margin`` = extreme eigenvalue of A at the edge (sign decides existence)."""
+    length h m); ``margin`` = extreme eigenvalue of A at the edge, or at ``level`` where that
+    lies beyond the edge (sign decides existence)."""
 
     eigenvalue: jax.Array
     cosine2: jax.Array
@@ -96,12 +97,18 @@ def _ext_eig(A, side):
     return jnp.where(side == 0, ev[0], ev[-1])
 
 
-def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps):
+def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level):
     edge, S_edge, rho, br, its_e, res_e, st_e = _edge_core(law, delta, side, tol, max_steps, damping,
                                                            solver, bisections, substeps)
     far, _ = _far_point(law, delta, side)
     sgn = jnp.where(side == 0, 1.0, -1.0)          # sgn·μ(A) > 0 far outside, decreasing toward the edge
-    margin = _ext_eig(A_matrix(S_edge, edge, law, delta), side)
+    # the outlier is sought beyond ``cut`` = the edge or ``level``, whichever is farther out
+    # (level = −ridge asks for a negative eigenvalue of the Hessian including the ridge)
+    cut = jnp.where(side == 0, jnp.minimum(edge, level), jnp.maximum(edge, level))
+    far = jnp.where(side == 0, jnp.minimum(far, cut - jnp.abs(edge - far)), jnp.maximum(far, cut + jnp.abs(edge - far)))
+    S_cut, _, _, _, _ = _real_point(law, cut, delta, S_edge, side, tol, max_steps, damping, solver)
+    S_cut = jnp.where(cut == edge, S_edge, S_cut)
+    margin = _ext_eig(A_matrix(S_cut, cut, law, delta), side)
     exists = (sgn * margin < 0) & (st_e == SUCCESS)
     m = law.m
     S_far0 = jnp.linalg.inv(jnp.tensordot(law.weights, law.D, axes=(0, 0)) - far * jnp.eye(m))
@@ -120,7 +127,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
         b, Sb = jnp.where(go_far, b, mid), jnp.where(go_far, Sb, S)
         return (a, b, Sa, Sb, it + its), None
 
-    (a, b, Sa, Sb, its), _ = jax.lax.scan(body, (far, edge, S_far, S_edge, its_e), None, length=bisections)
+    (a, b, Sa, Sb, its), _ = jax.lax.scan(body, (far, cut, S_far, S_cut, its_e), None, length=bisections)
     lam0 = 0.5 * (a + b)
     S0, _, res, _, ok = _real_point(law, lam0, delta, Sa, side, tol, max_steps, damping, solver)
     A = A_matrix(S0, lam0, law, delta)
@@ -137,11 +144,16 @@ _outlier_core_jit = eqx.filter_jit(_outlier_core)
 
 
 def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
-            damping=0.5, solver="newton", bisections=44, substeps=2, throw=True) -> OutlierResult:
+            damping=0.5, solver="newton", bisections=44, substeps=2, level=None, throw=True) -> OutlierResult:
     """Outlier of the limiting Hessian spectrum along the hard subspace on ``side`` and the
     squared cosine of its eigenvector with that subspace. ``law.zeta`` must hold the hard
     coordinates. No outlier is a valid answer (``exists=False``, status NO_OUTLIER), not an
-    error; ``throw`` only raises on failures (edge not found, non-convergence)."""
+    error; ``throw`` only raises on failures (edge not found, non-convergence).
+
+    ``level``: only count an outlier beyond it (below it for ``side="bottom"``), e.g.
+    ``level=-ridge`` for a *negative* eigenvalue of ``H + ridge·I`` (THEORY §2's δ*(t)
+    criterion). The margin is then ``μ_ext(A(cut))`` at ``cut = min(edge, level)`` (max for
+    "top"): still continuous in δ and negative iff such an outlier exists. Default: the edge."""
     if law.zeta is None:
         raise SpectralError("outlier needs the hard coordinates: build the law with zeta=... (the "
                             "coordinates of x along the hard directions, e.g. z[:, hard]).")
@@ -150,7 +162,7 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
     s = 0 if side == "bottom" else 1
     hm = law.zeta.shape[1] * law.m
     setting = dict(law=law_used.source, m=law.m, hard_dims=int(law.zeta.shape[1]), samples=law_used.size,
-                   delta=_f(delta), side=side, solver=solver,
+                   delta=_f(delta), side=side, solver=solver, level=None if level is None else _f(level),
                    convention="strict" if conv == "strict-unbounded" else conv)
     if conv == "strict-unbounded":
         setting["note"] = ("support unbounded on this side: in the strict limit there is no edge and no "
@@ -161,8 +173,9 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
                              residual=jnp.asarray(jnp.nan), iterations=jnp.asarray(0),
                              status=jnp.asarray(UNBOUNDED_SUPPORT), side=side, convention="strict",
                              setting=setting)
+    lev = (jnp.inf if s == 0 else -jnp.inf) if level is None else level
     out = _outlier_core_jit(for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver,
-                            bisections, substeps)
+                            bisections, substeps, jnp.asarray(lev, float))
     res = OutlierResult(*out, side=side, convention=conv, setting=setting)
     check_status(res.status, f"outlier(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))
     return res

@@ -14,11 +14,17 @@ margin. The Monte Carlo uncertainty comes from ``repeats`` independent keys.
 
 ``δ_NN = lim_{t→∞} δ*(t)`` is reported from the trend of δ*(t) only when the first phase has
 converged (train error and δ*(t) stationary over the last part of the horizon); otherwise
-the result says so and ``delta_nn`` is None. (The stationary DMFT of THEORY §2 "Long time" is
-``dmft.stationary``; it is not used here: for phase retrieval with square loss — where a
-negative outlier can exist — it finds no fixed point near the GD state, consistent with the
-measured marginal first phase (integrated response growing ∝ t, finite-n bulk edge < 0
-creeping to 0); see docs/thresholds.md.)
+the result says so and ``delta_nn`` is None. The other route — the stationary DMFT of THEORY
+§2 "Long time" with the outlier equation on its law — is
+:func:`spectral.stationary_threshold.delta_nn_stationary`; ``benchmarks/bench_two_route.py``
+compares the two. (For phase retrieval with square loss the stationary DMFT finds no fixed
+point near the GD state, consistent with the measured marginal first phase; docs/thresholds.md.)
+
+Criterion (``level``): by default an outlier counts only if it is a *negative* eigenvalue of
+the Hessian including the ridge, i.e. it lies below ``min(bulk edge, −ridge)`` (THEORY §2:
+"a negative outlier ... below the bulk"); ``level="edge"`` counts any outlier that has
+separated from the bulk. The two differ only when the bulk edge of ``H + ridge·I`` is
+positive (a strict minimum); the result records which was used (``setting["criterion"]``).
 
 Unbounded ``D`` (square loss on ``y = z²``): the strict limit has no left edge, hence no
 outlier and no finite δ*; the finite-n convention (law of ``D`` truncated at its ``1 − 1/n``
@@ -90,11 +96,23 @@ def _law_at(problem, traj_i, t, delta, convention, d):
     return law
 
 
-def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d=None, side="bottom"):
+def negative_level(problem, level="auto"):
+    """The level an outlier must lie below to count (THEORY §2: a *negative* outlier of the
+    Hessian, whose W-block is ``H_data + ridge·I``): ``"auto"`` → ``−ridge``; ``"edge"`` →
+    None (any outlier below the bulk edge, the separation criterion); or a float."""
+    if level == "auto":
+        return -float(np.asarray(problem.ridge))
+    if level == "edge" or level is None:
+        return None
+    return float(level)
+
+
+def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d=None, side="bottom", level="auto"):
     """Outlier margin, location, edge and cos² at each (δ, t) of a DMFT δ sweep
     (``dmft.solve_sweep(..., save_samples_at=times)``), for one convention / dimension.
     A failed outlier solve (edge not found, no convergence) or a sweep point whose DMFT
-    became non-finite by time t leaves nan and a note.
+    became non-finite by time t leaves nan and a note. ``level``: see :func:`negative_level`
+    (default: a negative eigenvalue of the Hessian including the ridge).
     (One solve per (δ, t): a vmapped batch of the same solves measured 2× slower on the
     2-core CPU — the batched while-loops run to the slowest member.)"""
     D, T = len(deltas), len(times)
@@ -112,7 +130,7 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
                 notes.append(f"delta={dv:.4g}, t={t}: support unbounded on the {side} (strict limit): no edge, no outlier")
                 margin[i, j] = np.inf
                 continue
-            res = outlier(law, float(dv), side=side, convention="strict", throw=False)
+            res = outlier(law, float(dv), side=side, convention="strict", level=negative_level(problem, level) if side == "bottom" else None, throw=False)
             if int(res.status) not in (SUCCESS, NO_OUTLIER):
                 notes.append(f"delta={dv:.4g}, t={t}: outlier solve failed ({message(res.status)}); margin left nan")
                 continue
@@ -124,7 +142,7 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
 
 
 def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
-                 side="bottom") -> MarginCurve:
+                 side="bottom", level="auto") -> MarginCurve:
     """DMFT δ sweep (one compilation, common random numbers) and the outlier margin at each
     requested time. ``convention``: "strict" or "finite-n" (needs ``d``)."""
     import dmft
@@ -135,10 +153,17 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
     deltas = np.asarray(deltas, dtype=float)
     traj = dmft.solve_sweep(problem, jnp.asarray(deltas), lr=lr, steps=steps, paths=paths, key=key,
                             save_samples_at=times)
-    margin, ev, edge, cos2, notes = margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d, side=side)
+    margin, ev, edge, cos2, notes = margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d, side=side, level=level)
     return MarginCurve(deltas=deltas, times=times, margin=margin, eigenvalue=ev, edge=edge, cosine2=cos2,
                        train_error=np.asarray(traj.train_error), test_error=np.asarray(traj.test_error),
                        convention=convention, notes=notes)
+
+
+def _criterion(problem, level):
+    lv = negative_level(problem, level)
+    return ("outlier below the bulk edge (separation; negativity not required)" if lv is None else
+            f"outlier below min(bulk edge, {lv:g}) (a negative eigenvalue of the Hessian incl. ridge {-lv:g})"
+            if level == "auto" else f"outlier below min(bulk edge, {lv:g})")
 
 
 def _root_on_grid(deltas, margin):
@@ -173,7 +198,7 @@ class DeltaStarResult:
 
 
 def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
-               refine: int = 6, repeats: int = 2, stationarity_tol: float = 0.02,
+               refine: int = 6, repeats: int = 2, stationarity_tol: float = 0.02, level="auto",
                progress: Optional[Callable[[str], None]] = None) -> DeltaStarResult:
     """δ*(t) at each of ``times`` and δ_NN from its trend.
 
@@ -195,7 +220,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
     say(f"coarse δ sweep: {len(grid)} points x {len(times)} times")
     coarse = margin_curve(problem, grid, lr=lr, steps=steps, times=times, paths=paths, key=keys[0],
-                          convention=convention, d=d)
+                          convention=convention, d=d, level=level)
     brackets = np.array([_root_on_grid(grid, coarse.margin[:, j])[1:] for j in range(len(times))])
     ok = np.isfinite(brackets[:, 0])
     if not ok.any():
@@ -221,7 +246,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     for r, kr in enumerate(keys):
         say(f"refinement sweep {r + 1}/{repeats}: {refine} points in [{lo:.4g}, {hi:.4g}]")
         mc = margin_curve(problem, fine, lr=lr, steps=steps, times=times, paths=paths, key=kr,
-                          convention=convention, d=d)
+                          convention=convention, d=d, level=level)
         fine_curves.append(mc.margin.tolist())
         for j in range(len(times)):
             root, _, _ = _root_on_grid(fine, mc.margin[:, j])
@@ -248,7 +273,8 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
                "δ_NN is not; increase steps/lr")
     setting = dict(grid=grid.tolist(), refine_grid=fine.tolist(), lr=float(np.asarray(lr).mean()), steps=int(steps),
                    times=list(times), paths=int(paths), repeats=int(repeats), convention=convention, d=d,
-                   stationarity_tol=stationarity_tol)
+                   stationarity_tol=stationarity_tol, level=negative_level(problem, level),
+                   criterion=_criterion(problem, level))
     diag = dict(train_error_change_last_half=tr_change, delta_star_change_last_half=ds_change,
                 coarse_margin=coarse.margin.tolist(), fine_margins=fine_curves, notes=coarse.notes[:10],
                 wall_s=time.perf_counter() - t0)

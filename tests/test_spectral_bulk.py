@@ -126,3 +126,23 @@ def test_unbounded_finite_n():
     o = spectral.outlier(law, 8.0, "bottom", convention="finite-n", n=8000)
     assert o.convention == "finite-n" and bool(o.exists)
     assert abs(float(o.eigenvalue) + 2.246) < 0.08
+
+
+def test_outlier_level(law):
+    """``level``: an outlier counts only below min(edge, level) (THEORY's *negative* outlier with
+    level = −ridge). The margin is μ_min A at that cut: negative iff λ0 < cut, increasing as the cut
+    moves out, and equal to the edge margin when the level lies above the edge."""
+    base = spectral.outlier(law, DELTA, "bottom")
+    lam0, edge = float(base.eigenvalue), float(base.edge)
+    above = spectral.outlier(law, DELTA, "bottom", level=edge + 1.0)
+    assert float(above.margin) == pytest.approx(float(base.margin), rel=1e-12)
+    mid = spectral.outlier(law, DELTA, "bottom", level=0.5 * (lam0 + edge))
+    assert bool(mid.exists) and float(mid.eigenvalue) == pytest.approx(lam0, abs=1e-8)
+    assert float(base.margin) < float(mid.margin) < 0
+    below = spectral.outlier(law, DELTA, "bottom", level=lam0 - 0.2)
+    assert not bool(below.exists) and int(below.status) == spectral.NO_OUTLIER and float(below.margin) > 0
+    # the margin at the cut is μ_min of A(λ) with the real Stieltjes transform at λ = cut
+    lam = lam0 - 0.2
+    S = np.real(np.asarray(spectral.stieltjes(law, lam, DELTA, 1e-10).S))
+    A = np.asarray(spectral.A_matrix(jnp.asarray(S), lam, law, DELTA))
+    assert float(below.margin) == pytest.approx(np.linalg.eigvalsh(A)[0], abs=1e-6)

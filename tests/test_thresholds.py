@@ -67,7 +67,8 @@ def test_delta_star_pipeline_and_initial_time():
     tr = dmft.solve(P, delta=2.0, lr=0.05, steps=4, paths=1024, key=jax.random.fold_in(jax.random.key(3), 0), save_samples_at=(0,))
     for i, dv in enumerate([2.0, 4.0, 8.0, 16.0]):
         law = truncate_fixed_shape(spectral.law_from_dmft(P, tr, 0), int(round(dv * 500)))
-        m = float(spectral.outlier(law, dv, side="bottom", convention="strict", throw=False).margin)
+        # default criterion: a negative outlier (level = −ridge = 0; the t = 0 edge is > 0 at large δ)
+        m = float(spectral.outlier(law, dv, side="bottom", convention="strict", level=0.0, throw=False).margin)
         assert m == pytest.approx(res.coarse.margin[i, 0], rel=1e-8, abs=1e-10)
 
 
@@ -88,6 +89,10 @@ def test_cli_bad_activation_and_user_function():
     assert r.exit_code == 2 and "non-finite" in r.output
     r = runner.invoke(app, ["delta-nn", "--activation", "nosuchmodule:f"])
     assert r.exit_code == 2 and "cannot import" in r.output
+    r = runner.invoke(app, ["delta-nn", "--criterion", "lowest"])
+    assert r.exit_code == 2 and "--criterion" in r.output
+    r = runner.invoke(app, ["delta-nn", "--ridge", "-0.1"])
+    assert r.exit_code == 2 and "--ridge" in r.output
 
 
 def test_cli_delta_nn_json(tmp_path):
@@ -107,3 +112,29 @@ def test_cli_delta_nn_json(tmp_path):
     p2 = json.loads(out2.read_text())
     assert p2["complete"] is False and p2["delta_nn"] is None and p2["delta_nn_stderr"] is None
     assert p2["diagnostics"]["status"] == "not-converged" and len(p2["delta_star"]["value"]) > 0
+
+
+def test_stationary_route_margins_and_no_bracket():
+    """Route (a) of δ_NN (stationary DMFT + outlier equation on its law), in the converging
+    "staircase" setting of benchmarks/two_route.json (softplus, Huber, ridge 0.3, separation
+    criterion). Committed standard run: threshold ≈ 1.38; margins +0.09 at δ = 1 and −0.065 at
+    δ = 2 (1024 paths; the spread over keys is ~0.01), so the signs are a sharp check."""
+    from benchmarks.bench_two_route import problem
+    from dmft.stationary import Warmup
+
+    pb = problem("softplus", 0.3)
+    warm = Warmup(0.5, 80, 512)
+    out = spectral.margins_at_stationary(pb, [1.0, 2.0], paths=1024, key=jax.random.key(3), warmup=warm, level="edge",
+                                         residual_tol=1e-3)
+    assert np.all(out["accepted"]), out["notes"]
+    assert out["margin"][0] > 0.03 and out["margin"][1] < -0.03
+    assert np.isnan(out["eigenvalue"][0]) and out["eigenvalue"][1] < out["edge"][1]
+    # with ridge 0.3 the separated outlier is not a negative eigenvalue of H + 0.3 I: under THEORY's
+    # criterion (level = −ridge) there is no outlier at δ = 2
+    neg = spectral.margins_at_stationary(pb, [2.0], paths=1024, key=jax.random.key(3), warmup=warm, residual_tol=1e-3)
+    assert neg["margin"][0] > 0
+    res = spectral.delta_nn_stationary(pb, grid=[2.0, 3.0], paths=1024, key=jax.random.key(4), warmup=warm, repeats=2,
+                                       level="edge", residual_tol=1e-3)
+    assert res.status == "no-bracket" and res.delta_nn is None and "smaller δ" in res.message
+    with pytest.raises(spectral.SpectralError, match="repeats"):
+        spectral.delta_nn_stationary(pb, grid=[1.0, 2.0], paths=1024, key=jax.random.key(4), warmup=warm, repeats=1)
