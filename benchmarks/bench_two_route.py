@@ -82,17 +82,15 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                                  status=a.status, message=a.message, criterion=a.criterion, coarse=a.coarse,
                                  fine=a.fine, setting=a.setting, diagnostics=a.diagnostics))
         diag[st["name"]] = d
-        if a.delta_nn is not None and b.delta_nn is not None:
-            tol = 3 * float(np.hypot(a.delta_nn_stderr, b.delta_nn_stderr))
-            acc.append(dict(quantity=f"threshold {st['name']}: stationary (a) vs δ*(t) trend (b)",
-                            theory=a.delta_nn, theory_stderr=a.delta_nn_stderr, simulation=b.delta_nn,
-                            sim_stderr=b.delta_nn_stderr, d="inf (both DMFT)", seeds=S["repeats"], tolerance=tol,
-                            agree=bool(abs(a.delta_nn - b.delta_nn) <= tol)))
-        else:
-            acc.append(dict(quantity=f"threshold {st['name']}: stationary (a) vs δ*(t) trend (b)",
-                            theory=a.delta_nn, theory_stderr=a.delta_nn_stderr, simulation=b.delta_nn,
-                            sim_stderr=b.delta_nn_stderr, d="inf (both DMFT)", seeds=S["repeats"], tolerance=None,
-                            agree=False, note=f"(a) {a.status}: {a.message}; (b) {b.status}: {b.message}"))
+        both = a.delta_nn is not None and b.delta_nn is not None
+        tol = 3 * float(np.hypot(a.delta_nn_stderr, b.delta_nn_stderr)) if both else None
+        row = dict(quantity=f"threshold {st['name']}: stationary (a) vs δ*(t) trend (b)",
+                   theory=a.delta_nn, theory_stderr=a.delta_nn_stderr, simulation=b.delta_nn,
+                   sim_stderr=b.delta_nn_stderr, d="inf (both DMFT)", seeds=S["repeats"], tolerance=tol,
+                   agree=bool(both and abs(a.delta_nn - b.delta_nn) <= tol))
+        if not both:
+            row["note"] = f"(a) {a.status}: {a.message}; (b) {b.status}: {b.message}"
+        acc.append(row)
         perf.append(dict(what=f"{st['name']}: δ_NN stationary route ({S['repeats']} keys, {S['paths']} paths)",
                          value=a.diagnostics["wall_s"], unit="s", ratio=b.diagnostics["wall_s"] / a.diagnostics["wall_s"],
                          note="ratio = trend route / stationary route (wall time, incl. compile)"))
