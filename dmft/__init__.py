@@ -5,7 +5,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from . import activations, success, sweep  # noqa: E402
+from . import activations, families, success, sweep  # noqa: E402
 from .simulate import SimulationResult, simulate, simulation_data  # noqa: E402
 from .solve import DMFTError, Trajectory, solve, solve_sweep  # noqa: E402
 from .stationary import Stationary, Warmup, stationary, stationary_sweep  # noqa: E402
@@ -27,7 +27,7 @@ from .problem import (  # noqa: E402
 )
 
 __all__ = [
-    "activations", "success", "sweep", "SimulationResult", "simulate", "simulation_data", "DMFTError", "Trajectory", "solve", "solve_sweep",
+    "activations", "families", "success", "sweep", "SimulationResult", "simulate", "simulation_data", "DMFTError", "Trajectory", "solve", "solve_sweep",
     "Stationary", "Warmup", "stationary", "stationary_sweep",
     "empirical_risk", "init_weights", "sample_data",
     "Init", "Problem", "ProblemError", "Teacher", "TwoLayer", "check_finite_maps",

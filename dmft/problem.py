@@ -149,11 +149,15 @@ class TwoLayer(eqx.Module):
     ``train_second_layer`` turns its GD on with step ``second_layer_lr_scale · η``.
     """
 
-    activation: Optional[Callable] = eqx.field(static=True)
+    # activation / readout / loss are pytree nodes (not static): a plain function is a
+    # non-array leaf (static under eqx.filter_jit), a parametric one (an eqx.Module, see
+    # dmft.families) carries traced parameters — sweeps over them do not recompile and
+    # thresholds can be differentiated with respect to them
+    activation: Optional[Callable]
     width: int = eqx.field(static=True)
     second_layer: Array
     train_second_layer: bool = eqx.field(static=True, default=False)
-    readout: Optional[Callable] = eqx.field(static=True, default=None)
+    readout: Optional[Callable] = None
     second_layer_lr_scale: float = eqx.field(static=True, default=1.0)
 
     def __init__(
@@ -210,7 +214,7 @@ class Problem(eqx.Module):
 
     teacher: Teacher
     student: TwoLayer
-    loss: Callable = eqx.field(static=True)
+    loss: Callable
     ridge: Array
     init: Init
     ridge_second: Array

@@ -6,7 +6,7 @@ Newton on ``∇²φ = V^{-1} + D`` with a positive-definite shift (Levenberg–M
 m×m eigendecompositions) and backtracking on φ; the derivative is never taken through that
 loop: differentiating the stationarity condition gives
 
-    (I + V D) dr = db − dV g − V (∂g/∂a) da        (D = ∇²_r ℓ at r)
+    (I + V D) dr = db − dV g − V (∂g/∂a da + ∂g/∂θ dθ)     (D = ∇²_r ℓ at r, θ the problem's parameters)
 
 which is the ``jax.custom_jvp`` rule (one m×m solve per sample). Where the loss∘readout is
 non-convex the minimizer can jump between branches as b moves; the rule gives the
@@ -16,6 +16,7 @@ whose stationarity residual is not met).
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -44,12 +45,17 @@ def per_sample_maps(problem: Problem) -> dict:
 def make_prox(problem: Problem, y, newton_steps: int):
     """``prox(b, V, a, r0) -> r`` for samples with labels ``y`` (N,), fields ``b`` (N, m),
     ``V`` (m, m) symmetric positive definite, second layer ``a``, Newton warm start ``r0``
-    (N, m). Differentiable in ``(b, V, a)`` by the implicit-function rule (module docstring);
+    (N, m). Differentiable in ``(b, V, a)`` and in the floating-point leaves of ``problem``
+    (parametric activations and losses) by the implicit-function rule (module docstring);
     ``r0`` only selects the branch."""
-    f = per_sample_maps(problem)
-    grad_r, hess_r, loss_b = f["grad_r"], f["hess_r"], f["loss"]
+    dyn, static = eqx.partition(problem, eqx.is_inexact_array)
 
-    def newton(b, V, a, r0):
+    def maps(dyn_):
+        return per_sample_maps(eqx.combine(dyn_, static))
+
+    def newton(b, V, a, r0, dyn_):
+        f = maps(dyn_)
+        grad_r, hess_r, loss_b = f["grad_r"], f["hess_r"], f["loss"]
         Vinv = _sym(jnp.linalg.inv(V))
 
         def phi(r):
@@ -79,18 +85,23 @@ def make_prox(problem: Problem, y, newton_steps: int):
         return jax.lax.scan(body, r0, None, length=newton_steps)[0]
 
     @jax.custom_jvp
-    def prox(b, V, a, r0):
-        return newton(b, V, a, r0)
+    def prox_(b, V, a, r0, dyn_):
+        return newton(b, V, a, r0, dyn_)
 
-    @prox.defjvp
+    @prox_.defjvp
     def prox_jvp(primals, tangents):
-        b, V, a, r0 = primals
-        db, dV, da, _ = tangents
-        r = prox(b, V, a, r0)
-        g = grad_r(y, r, a)
-        ga_dot = jax.jvp(lambda aa: grad_r(y, r, aa), (a,), (da,))[1]
-        rhs = db - g @ dV.T - ga_dot @ V.T
-        J = jnp.eye(V.shape[-1], dtype=V.dtype) + jnp.einsum("ij,njk->nik", V, hess_r(y, r, a))
+        b, V, a, r0, dyn_ = primals
+        db, dV, da, _, ddyn = tangents
+        r = prox_(b, V, a, r0, dyn_)
+        f = maps(dyn_)
+        g = f["grad_r"](y, r, a)
+        # ∂g/∂a·da + ∂g/∂θ·dθ (θ: the problem's parameters, e.g. an activation's temperature)
+        g_dot = jax.jvp(lambda aa, dd: maps(dd)["grad_r"](y, r, aa), (a, dyn_), (da, ddyn))[1]
+        rhs = db - g @ dV.T - g_dot @ V.T
+        J = jnp.eye(V.shape[-1], dtype=V.dtype) + jnp.einsum("ij,njk->nik", V, f["hess_r"](y, r, a))
         return r, jnp.linalg.solve(J, rhs[..., None])[..., 0]
+
+    def prox(b, V, a, r0):
+        return prox_(b, V, a, r0, dyn)
 
     return prox

@@ -115,9 +115,18 @@ def _chol(c):
     return jnp.linalg.cholesky(c + 1e-14 * jnp.trace(c) * jnp.eye(c.shape[-1], dtype=c.dtype))
 
 
-@eqx.filter_jit
-def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: int, hard: tuple, max_iters: int,
-                     newton_steps: int, response: str, restart: bool, solver: str):
+def _equations(problem: Problem, delta, key, paths: int, hard: tuple, newton_steps: int, response: str = "jacobian",
+               restart: bool = True) -> dict:
+    """The fixed randomness and the equations (S1)–(S5) at ``delta`` as functions (shared by the
+    solvers below and by ``spectral.threshold_gradient``, which differentiates them).
+
+    Returns a dict with the samples (``z``, ``eps``, ``y``, ``xi``, ``xi_fresh``; antithetic
+    groups ``G × Nb``), ``gmean`` (exact-symmetric mean over paths), the per-sample maps, and
+    ``evaluate(state)`` (prox, g, D, Γ, C_g, E[z gᵀ] at ``state = dict(Q, V, M, a, r)``),
+    ``residual(x)`` (the residuals of (S3)–(S5) in the Cholesky unknowns
+    ``x = dict(LQ, LV, M, a)``; zero at a fixed point) and ``unpack(x)``. Everything is a pure
+    function of ``problem``'s arrays, ``delta`` and ``x``: differentiable by autodiff (the prox by
+    its implicit rule)."""
     m, k = problem.m, problem.k
     dt = jnp.float64
     n_hard = len(hard)
@@ -126,8 +135,7 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
     delta = jnp.asarray(delta, dt)
     lam = problem.ridge.astype(dt)
     lam_a = problem.ridge_second.astype(dt)
-    st = problem.student
-    train_a = st.train_second_layer
+    train_a = problem.student.train_second_layer
     eye = jnp.eye(m, dtype=dt)
 
     kxi, kf, z, eps, y, expand = _antithetic_inputs(problem, key, paths, hard, dt)
@@ -139,7 +147,7 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
         return _group_mean(x.reshape((G, Nb) + x.shape[1:]), n_hard)
 
     f = per_sample_maps(problem)
-    grad_r, hess_r, grad_a, hess_a, loss_v = f["grad_r"], f["hess_r"], f["grad_a"], f["hess_a"], f["loss"]
+    grad_r, hess_r, grad_a = f["grad_r"], f["hess_r"], f["grad_a"]
     hard_rows = jnp.zeros((k,), bool).at[jnp.array(hard, dtype=int)].set(True) if hard else jnp.zeros((k,), bool)
     prox_r = make_prox(problem, y, newton_steps)
 
@@ -168,6 +176,51 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
         Ezg = jnp.where(hard_rows[:, None], 0.0, gmean(z[:, :, None] * g[:, None, :]))
         minJ = jnp.min(jnp.linalg.eigvalsh(_sym(jnp.linalg.inv(V)) + D))
         return dict(r=r, g=g, D=D, Gam=Gam, Cg=Cg, Ezg=Ezg, pres=pres, minJ=minJ)
+
+    # residuals of (S3)–(S5) written without inverses (well conditioned near interpolation):
+    #   δ V P − I,  (δ P Q P − C_g)/‖C_g‖,  λM + E[z gᵀ],  λ_a a + E[∇_a ℓ],   P = λI + Γ
+    # unknowns Q = L_Q L_Qᵀ, V = L_V L_Vᵀ (Cholesky factors: positive definite by construction);
+    # a frozen second layer is the problem's own
+    tril = jnp.tril(jnp.ones((m, m), dt))
+
+    def unpack(x):
+        LQ, LV = x["LQ"] * tril, x["LV"] * tril
+        return dict(Q=LQ @ LQ.T, V=LV @ LV.T, M=x["M"], a=x["a"] if train_a else problem.student.second_layer.astype(dt),
+                    r=None)
+
+    def pack(state):
+        return dict(LQ=jnp.linalg.cholesky(_sym(state["Q"]) + 1e-12 * eye), LV=jnp.linalg.cholesky(_sym(state["V"]) + 1e-12 * eye),
+                    M=state["M"], a=state["a"])
+
+    def residual(x, _=None):
+        st_ = unpack(x)
+        ev = evaluate(st_)
+        P = lam * eye + ev["Gam"]
+        out = dict(V=_sym(delta * st_["V"] @ P) - eye,
+                   Q=(delta * P @ st_["Q"] @ P - ev["Cg"]) / jax.lax.stop_gradient(jnp.max(jnp.abs(ev["Cg"])) + 1e-30),
+                   M=lam * st_["M"] + ev["Ezg"])
+        if train_a:
+            out["a"] = jnp.mean(grad_a(y, ev["r"], st_["a"]), axis=0) + lam_a * st_["a"]
+        return out
+
+    return dict(z=z, eps=eps, y=y, xi=xi, xi_fresh=xi_fresh, G=G, Nb=Nb, gmean=gmean, maps=f, evaluate=evaluate,
+                residual=residual, unpack=unpack, pack=pack)
+
+
+@eqx.filter_jit
+def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: int, hard: tuple, max_iters: int,
+                     newton_steps: int, response: str, restart: bool, solver: str):
+    m = problem.m
+    dt = jnp.float64
+    delta = jnp.asarray(delta, dt)
+    lam = problem.ridge.astype(dt)
+    lam_a = problem.ridge_second.astype(dt)
+    train_a = problem.student.train_second_layer
+    eye = jnp.eye(m, dtype=dt)
+    E = _equations(problem, delta, key, paths, hard, newton_steps, response, restart)
+    z, eps, y, xi, xi_fresh, G, Nb = (E[n] for n in ("z", "eps", "y", "xi", "xi_fresh", "G", "Nb"))
+    grad_a, hess_a, loss_v = E["maps"]["grad_a"], E["maps"]["hess_a"], E["maps"]["loss"]
+    evaluate = E["evaluate"]
 
     def update(state, ev):
         M, a = state["M"], state["a"]
@@ -209,28 +262,8 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
               M=jnp.asarray(start["M"], dt), a=jnp.asarray(start["a"], dt))
 
     if solver == "least-squares":
-        # residuals of (S3)–(S5) written without inverses (well conditioned near interpolation):
-        #   δ V P − I,  (δ P Q P − C_g)/‖C_g‖,  λM + E[z gᵀ],  λ_a a + E[∇_a ℓ],   P = λI + Γ
-        # unknowns Q = L_Q L_Qᵀ, V = L_V L_Vᵀ (Cholesky factors: positive definite by construction)
-        tril = jnp.tril(jnp.ones((m, m), dt))
-
-        def unpack(x):
-            LQ, LV = x["LQ"] * tril, x["LV"] * tril
-            return dict(Q=LQ @ LQ.T, V=LV @ LV.T, M=x["M"], a=x["a"] if train_a else s0["a"], r=None)
-
-        def residual(x, _):
-            st_ = unpack(x)
-            ev = evaluate(st_)
-            P = lam * eye + ev["Gam"]
-            out = dict(V=_sym(delta * st_["V"] @ P) - eye,
-                       Q=(delta * P @ st_["Q"] @ P - ev["Cg"]) / jax.lax.stop_gradient(jnp.max(jnp.abs(ev["Cg"])) + 1e-30),
-                       M=lam * st_["M"] + ev["Ezg"])
-            if train_a:
-                out["a"] = jnp.mean(grad_a(y, ev["r"], st_["a"]), axis=0) + lam_a * st_["a"]
-            return out
-
-        x0 = dict(LQ=jnp.linalg.cholesky(s0["Q"] + 1e-12 * eye), LV=jnp.linalg.cholesky(s0["V"] + 1e-12 * eye), M=s0["M"],
-                  a=s0["a"])
+        unpack, residual = E["unpack"], E["residual"]
+        x0 = E["pack"](s0)
         sol = optx.least_squares(residual, optx.LevenbergMarquardt(rtol=tol, atol=tol), x0, max_steps=max_iters,
                                  throw=False)
         st_ = unpack(sol.value)

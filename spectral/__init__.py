@@ -6,7 +6,8 @@ equation, density, edges), ``outliers`` (hard-direction outliers and cos², with
 derivation), ``spectral_methods`` (m = 1 Lu–Li / Mondelli–Montanari, thresholds),
 ``quadrature``, ``hessian`` (HVPs, dense oracles), ``lanczos`` (extreme eigenpairs, SLQ),
 ``finite_state`` (the hard outlier at a finite-d GD state, with the equation on its own law),
-``thresholds`` (δ*(t) from the dynamic DMFT), ``stationary_threshold`` (δ_NN from the stationary DMFT).
+``thresholds`` (δ*(t) from the dynamic DMFT), ``stationary_threshold`` (δ_NN from the stationary DMFT),
+``threshold_gradient`` (dδ_NN/dθ by implicit differentiation), ``design`` (minimize δ_NN over a family).
 """
 
 import jax
@@ -27,6 +28,8 @@ from .quadrature import normal_nodes, teacher_nodes  # noqa: E402
 from .spectral_methods import (SpectralMethodResult, spectral_method, spectral_method_law,  # noqa: E402
                                spectral_method_threshold, weak_recovery_threshold)
 from .stationary_threshold import StationaryThreshold, delta_nn_stationary, margins_at_stationary  # noqa: E402
+from .threshold_gradient import ThresholdGradient, ThresholdGradientError, threshold_gradient  # noqa: E402
+from .design import DesignResult, design  # noqa: E402
 from .stieltjes import (EdgeResult, StieltjesResult, bulk_edge, density, fixed_point_map,  # noqa: E402
                         linearization, stieltjes)
 
@@ -38,6 +41,7 @@ __all__ = [
     "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "fixed_point_map", "linearization",
     "OutlierResult", "outlier", "A_matrix", "A_derivative",
     "StationaryThreshold", "delta_nn_stationary", "margins_at_stationary",
+    "ThresholdGradient", "ThresholdGradientError", "threshold_gradient", "DesignResult", "design",
     "SpectralMethodResult", "spectral_method", "spectral_method_threshold", "spectral_method_law",
     "weak_recovery_threshold", "normal_nodes", "teacher_nodes",
     "hessian_vector_product", "block_matvec", "dense_block_matrix", "dense_hessian", "finite_blocks",

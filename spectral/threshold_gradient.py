@@ -1,0 +1,364 @@
+"""Derivatives of the threshold with respect to the problem's parameters (issue #7).
+
+The stationary route (``spectral.stationary_threshold``) defines, for one Monte Carlo key
+(common random numbers), a margin ``m(δ, θ)`` as a chain of three solves:
+
+    x*(δ, θ)          stationary DMFT fixed point: residual R(x; δ, θ) = 0           (S1)–(S5)
+    D_i(x*, θ)        per-sample Hessian blocks of its law (r = prox(b), autodiff)
+    S*, λ_c           block Stieltjes equation G(S; λ_c) = S − F(S, λ_c) = 0 at the cut
+                      λ_c = level (a fixed λ below the edge: "level" cut), or at the bulk edge
+                      (the fold of the real branch: G = 0 and det(I − L(S)) = 0, "edge" cut)
+    m = μ_min A(S*, λ_c)   (THEORY §2 outlier matrix; m < 0 ⇔ a hard outlier beyond the cut)
+
+and the threshold of that key is the root ``m(δ_NN(θ), θ) = 0``. Each solve is done by its
+own (non-differentiable) solver; derivatives never go through the iterations: every solution
+is re-attached to its equation by the implicit function theorem,
+
+    dx = −(∂R/∂x)^{-1} (∂R/∂θ dθ + ∂R/∂δ dδ)          (a ``jax.custom_jvp`` rule, below)
+
+and likewise for ``S*`` (Jacobian ``I − L``) and for the fold ``(S*, λ_edge)`` (the bordered
+Jacobian of ``(G, det(I − L))`` in ``(S, λ)``, regular at a simple fold). The per-sample prox
+already carries its own implicit rule (``dmft.prox``). Then
+
+    dδ_NN/dθ = − (∂m/∂θ) / (∂m/∂δ)                     (total derivatives along the solves)
+
+computed by forward mode (one JVP per parameter). The root itself is found by Newton in δ
+with the same ``∂m/∂δ``, warm-starting each fixed point from the previous one.
+
+The derivative does not exist (and a :class:`ThresholdGradientError` says why) when the
+fixed point is not converged to ``residual_tol`` (the first phase does not converge, or
+Levenberg–Marquardt stalls), when the cut switches between the edge and the level at the root
+(edge ≈ level: the margin has a kink in δ and θ), when ``∂m/∂δ`` vanishes (a tangential
+root), or when the smallest eigenvalue of ``A`` is degenerate. Parameters must enter smoothly
+(``dmft.families``: C² activations and losses); a kink in ``ℓ''`` (Huber) or in ``σ''`` makes
+the Monte Carlo average non-differentiable and its derivative miss the population's boundary
+term.
+
+The derivative is that of the per-key threshold (fixed samples); averaging over keys gives the
+derivative of the Monte Carlo estimate of δ_NN. It is checked against central finite
+differences of the same per-key threshold (``tests/test_threshold_gradient.py``,
+``benchmarks/bench_threshold_gradient.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Optional
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .law import law_from_samples
+from .stieltjes import bulk_edge, real_stieltjes_path
+
+
+class ThresholdGradientError(ValueError):
+    """The threshold or its derivative does not exist at this point (message says why)."""
+
+
+@dataclasses.dataclass
+class ThresholdGradient:
+    """Per-key threshold ``delta_nn`` and ``gradient`` = dδ_NN/dθ (same pytree as the
+    parameters). ``margin_delta`` = ∂m/∂δ and ``margin_params`` = ∂m/∂θ (total, through the
+    fixed point) at the root; ``cut`` = "edge" or "level"; ``diagnostics``: Newton history in
+    δ, fixed-point residuals, edge/level gap, outlier eigenvalue gap, wall time."""
+
+    delta_nn: float
+    gradient: Any
+    margin_delta: float
+    margin_params: Any
+    cut: str
+    edge: float
+    level: Optional[float]
+    diagnostics: dict
+    setting: dict
+    state: Optional[dict] = None    # stationary (Q, V, M, a) at the root: a warm start for nearby parameters
+
+
+# ----------------------------------------------------------------------------------------
+# implicit re-attachment of a solution to its equation
+# ----------------------------------------------------------------------------------------
+
+
+def _sym_pack(S):
+    i, j = np.triu_indices(S.shape[-1])
+    return S[..., i, j]
+
+
+def _sym_unpack(v, m):
+    i, j = np.triu_indices(m)
+    S = jnp.zeros((m, m), v.dtype).at[i, j].set(v)
+    return S + S.T - jnp.diag(jnp.diag(S))
+
+
+def implicit(residual: Callable, solution, theta):
+    """Return ``solution`` (a pytree solving ``residual(solution, theta) = 0``) with the
+    derivative of the implicit function: ``d sol = −J^+ ∂_θ residual·dθ``, ``J`` = Jacobian of the
+    flattened residual in the flattened solution (least-squares solve: redundant equations and
+    unknowns that do not enter, e.g. symmetric duplicates, are allowed). The tangent of
+    ``solution`` itself is ignored (it comes from a solver)."""
+    sol = jax.lax.stop_gradient(solution)
+    u0, unravel = ravel_pytree(sol)
+
+    @jax.custom_jvp
+    def attach(u, th):
+        return u
+
+    @attach.defjvp
+    def attach_jvp(primals, tangents):
+        u, th = primals
+        _, dth = tangents
+        flat_res = lambda uu, tt: ravel_pytree(residual(unravel(uu), tt))[0]
+        J = jax.jacfwd(flat_res, argnums=0)(u, th)
+        rhs = jax.jvp(lambda tt: flat_res(u, tt), (th,), (dth,))[1]
+        du = -jnp.linalg.lstsq(J, rhs, rcond=1e-12)[0]
+        return u, du
+
+    return unravel(attach(u0, theta))
+
+
+# ----------------------------------------------------------------------------------------
+# the block Stieltjes pieces written on raw arrays (D, weights, zeta) so they can be traced
+# ----------------------------------------------------------------------------------------
+
+
+def _B(S, D, delta):
+    m = S.shape[-1]
+    K = jnp.eye(m)[None] + jnp.einsum("ij,njk->nik", S, D) / delta
+    return jnp.swapaxes(jnp.linalg.solve(jnp.swapaxes(K, 1, 2), D), 1, 2)     # D (I + S D/δ)^{-1}
+
+
+def _F(S, lam, D, delta):
+    EB = jnp.mean(_B(S, D, delta), axis=0)
+    return jnp.linalg.inv(0.5 * (EB + EB.T) - lam * jnp.eye(S.shape[-1]))
+
+
+def _L(S, D, delta):
+    m = S.shape[-1]
+    B = _B(S, D, delta)
+    K = jnp.einsum("nik,nlj->ijkl", B, B).reshape(m * m, m * m) / D.shape[0]
+    P = jnp.einsum("ik,lj->ijkl", S, S).reshape(m * m, m * m)
+    return P @ K / delta
+
+
+def _stieltjes_residual(S, lam, D, delta):
+    G = S - _F(S, lam, D, delta)
+    return _sym_pack(0.5 * (G + G.T))
+
+
+def _fold_residual(v, D, delta):
+    """Unknowns v = (upper(S), λ): G(S, λ) = 0 and det(I − L(S)) = 0 (the fold = bulk edge)."""
+    m = D.shape[-1]
+    S, lam = _sym_unpack(v[:-1], m), v[-1]
+    return jnp.concatenate([_stieltjes_residual(S, lam, D, delta),
+                            jnp.linalg.det(jnp.eye(m * m) - _L(S, D, delta))[None]])
+
+
+def _A_min(S, lam, D, zeta, delta):
+    m, h = S.shape[-1], zeta.shape[1]
+    B = _B(S, D, delta)
+    A = jnp.einsum("na,nb,nij->aibj", zeta, zeta, B).reshape(h * m, h * m) / D.shape[0]
+    ev = jnp.linalg.eigvalsh(0.5 * (A + A.T) - lam * jnp.eye(h * m))
+    return ev[0], ev[1] - ev[0] if ev.shape[0] > 1 else jnp.inf
+
+
+@jax.jit
+def _fold_newton_step(v, D, delta):
+    r = _fold_residual(v, D, delta)
+    J = jax.jacfwd(_fold_residual)(v, D, delta)
+    return v - jnp.linalg.solve(J, r), jnp.max(jnp.abs(r))
+
+
+def _polish_fold(S, lam, D, delta, steps=8):
+    """Newton on the bordered fold system from the bisection's edge (S there is ~1e-7 off:
+    the real branch has a square-root singularity at the edge)."""
+    v = jnp.concatenate([_sym_pack(S), jnp.asarray([lam])])
+    hist = []
+    for _ in range(steps):
+        v_new, r = _fold_newton_step(v, D, jnp.asarray(delta, float))
+        hist.append(float(r))
+        if hist[-1] < 1e-14:
+            break
+        v = v_new
+    return _sym_unpack(v[:-1], S.shape[-1]), v[-1], hist
+
+
+# ----------------------------------------------------------------------------------------
+# the margin as a differentiable function of (θ, δ)
+# ----------------------------------------------------------------------------------------
+
+
+class _Context:
+    """Everything fixed for one key: family, samples, solver settings."""
+
+    def __init__(self, family, key, paths, newton_steps, level, hard):
+        self.family, self.key, self.paths, self.newton_steps = family, key, int(paths), int(newton_steps)
+        self.level, self.hard = level, hard
+
+    def equations(self, params, delta):
+        from dmft.stationary import _equations
+
+        return _equations(self.family(params), delta, self.key, self.paths, self.hard, self.newton_steps)
+
+    def level_value(self, params):
+        if self.level == "auto":
+            return -self.family(params).ridge
+        return jnp.asarray(self.level, float)
+
+
+def _margin_fn(ctx: _Context, cut: str, x_star, S_star, lam_star):
+    """``(params, delta) -> (margin, eigen-gap)`` with every solve attached implicitly at the
+    given primal solutions (computed by the caller at the same point)."""
+    hard = list(ctx.hard)
+
+    def f(params, delta):
+        x = implicit(lambda xx, th: ctx.equations(th[0], th[1])["residual"](xx), x_star, (params, delta))
+        E = ctx.equations(params, delta)
+        st = E["unpack"](x)
+        ev = E["evaluate"](st)
+        D, zeta = ev["D"], E["z"][:, hard]
+        if cut == "level":
+            lam = ctx.level_value(params)
+            s = implicit(lambda ss, th: _stieltjes_residual(_sym_unpack(ss, D.shape[-1]), th[0], th[1], th[2]),
+                         _sym_pack(S_star), (lam, D, delta))
+            S = _sym_unpack(s, D.shape[-1])
+        else:
+            v = implicit(lambda vv, th: _fold_residual(vv, th[0], th[1]),
+                         jnp.concatenate([_sym_pack(S_star), jnp.asarray([lam_star])]), (D, delta))
+            S, lam = _sym_unpack(v[:-1], D.shape[-1]), v[-1]
+        return _A_min(S, lam, D, zeta, delta)
+
+    return f
+
+
+@eqx.filter_jit
+def _margin_derivatives(family, key, paths, newton_steps, level, hard, cut, x_star, S_star, lam_star, params, delta,
+                        with_params):
+    """(margin, eigen-gap), ∂m/∂δ and (if ``with_params``) ∂m/∂θ (flattened), all by forward
+    mode through the implicit rules; one compilation per (family, cut)."""
+    ctx = _Context(family, key, paths, newton_steps, level, hard)
+    f = _margin_fn(ctx, cut, x_star, S_star, lam_star)
+    p_flat, unravel = ravel_pytree(params)
+    g = lambda pf, d: f(unravel(pf), d)
+    n = p_flat.shape[0] if with_params else 0
+    tang_p = jnp.concatenate([jnp.zeros((1, p_flat.shape[0])), jnp.eye(p_flat.shape[0])[:n]])
+    tang_d = jnp.concatenate([jnp.ones((1,)), jnp.zeros((n,))])
+    (val, gap), (dval, _) = jax.vmap(lambda tp, td: jax.jvp(g, (p_flat, delta), (tp, td)), out_axes=(None, 0))(tang_p, tang_d)
+    return val, gap, dval[0], dval[1:]
+
+
+# ----------------------------------------------------------------------------------------
+# primal evaluation at one (θ, δ)
+# ----------------------------------------------------------------------------------------
+
+
+def _primal(ctx, params, delta, start, residual_tol, max_iters):
+    """Stationary fixed point, law, edge and cut at (θ, δ). Raises where nothing is defined."""
+    import dmft
+    from dmft.stationary import CONVERGED
+
+    pb = ctx.family(params)
+    st = dmft.stationary(pb, float(delta), paths=ctx.paths, key=ctx.key, start=start, max_iters=max_iters,
+                         newton_steps=ctx.newton_steps)
+    res = float(st.residual)
+    if int(st.status) != CONVERGED or res > residual_tol:
+        raise ThresholdGradientError(
+            f"stationary DMFT at δ={float(delta):.6g} not converged ({st.message()}; residual {res:.1e} > "
+            f"residual_tol {residual_tol:.0e}): the threshold's derivative needs the fixed point; the first phase may not "
+            "converge here, or raise max_iters / change the warm start.")
+    E = ctx.equations(params, delta)
+    x = E["pack"](dict(Q=st.q, V=st.response, M=st.overlap, a=st.second_layer))
+    smp = st.samples
+    law = law_from_samples(np.asarray(jax.vmap(lambda y, r: dmft.sample_hessian(pb, y, r, st.second_layer))(smp["y"], smp["r"])),
+                           zeta=np.asarray(smp["z"])[:, list(ctx.hard)], unbounded=())
+    level = float(ctx.level_value(params)) if ctx.level is not None else None
+    edge = bulk_edge(law, float(delta), side="bottom", convention="strict", throw=False)
+    if int(edge.status) != 0:
+        raise ThresholdGradientError(f"bulk edge not found at δ={float(delta):.6g} (status {int(edge.status)}).")
+    return dict(stationary=st, x=x, law=law, edge=float(edge.edge), S_edge=edge.S, level=level,
+                start=dict(Q=st.q, V=st.response, M=st.overlap, a=st.second_layer), residual=res)
+
+
+def _cut_solution(ctx, prim, delta, cut):
+    D = jnp.asarray(prim["law"].D)
+    if cut == "edge":
+        S, lam, hist = _polish_fold(prim["S_edge"], prim["edge"], D, float(delta))
+        return S, float(lam), dict(fold_newton_residuals=hist)
+    lam = prim["level"]
+    # continuation from the edge outward to the level (the physical branch, ρ(L) < 1)
+    S, it, res, rho, ok = real_stieltjes_path(prim["law"], float(delta), 0, lam, prim["S_edge"], prim["edge"], 4, 1e-14,
+                                              200, 0.5, "newton")
+    if not bool(ok):
+        raise ThresholdGradientError(f"the Stieltjes solve at the level λ={lam:.4g} failed (residual {float(res):.1e}).")
+    return S, lam, dict(level_residual=float(res))
+
+
+def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: int, warmup=None, start=None, level="auto",
+                       newton_steps: int = 30, max_iters: int = 400, residual_tol: float = 1e-9, tol: float = 1e-10,
+                       max_newton: int = 25, kink_tol: float = 1e-3) -> ThresholdGradient:
+    """Per-key threshold of the stationary route and its gradient in the parameters.
+
+    ``family(params) -> dmft.Problem`` (params: a pytree of floats, e.g. ``{"beta": 1.0}``);
+    ``delta0``: a starting δ near the root (e.g. from ``spectral.delta_nn_stationary``);
+    ``key``: the Monte Carlo key (fixed samples); ``warmup``: a ``dmft.Warmup`` for the first
+    fixed point (later ones are continued) or ``start`` = dict(Q, V, M, a) (e.g. ``.state`` of a
+    result at nearby parameters: continuation); ``level``: "auto" (−ridge: THEORY's negative
+    outlier), "edge" (separation from the bulk) or a float. The cut at the root is
+    min(edge, level); ``kink_tol``: the root is refused when |edge − level| is below it (the
+    margin has a kink there)."""
+    t0 = time.perf_counter()
+    hard = family(params).teacher.hard_coordinates()
+    if not hard:
+        raise ThresholdGradientError("the teacher has no hard coordinates: there is no hard outlier and no threshold.")
+    lvl = None if level == "edge" else level
+    ctx = _Context(family, key, paths, newton_steps, lvl, hard)
+    pb0 = family(params)
+    if start is None and warmup is not None:
+        start = warmup.run(pb0, float(delta0), key)
+    delta = float(delta0)
+    hist = []
+    for it in range(max_newton):
+        prim = _primal(ctx, params, delta, start, residual_tol, max_iters)
+        start = prim["start"]
+        cut = "edge" if (prim["level"] is None or prim["edge"] <= prim["level"]) else "level"
+        S, lam, cut_diag = _cut_solution(ctx, prim, delta, cut)
+        sol = (prim["x"], jnp.asarray(S), jnp.asarray(lam, float))
+        # ∂m/∂θ comes with every step (one compilation; n_params extra JVPs are cheap next to the solves)
+        mval, gap, dm, dm_dp = _margin_derivatives(family, key, int(paths), int(newton_steps), lvl, hard, cut, *sol, params,
+                                                   jnp.asarray(delta, float), True)
+        mval, dm = float(mval), float(dm)
+        hist.append(dict(delta=delta, margin=mval, margin_delta=dm, cut=cut, edge=prim["edge"], level=prim["level"],
+                         residual=prim["residual"], **cut_diag))
+        if not np.isfinite(dm) or dm == 0.0:
+            raise ThresholdGradientError(f"∂m/∂δ = {dm} at δ={delta:.6g}: tangential or undefined root.")
+        step = -mval / dm
+        step = float(np.clip(step, -0.25 * delta, 0.25 * delta))
+        delta_new = delta + step
+        if abs(step) < tol * max(1.0, delta):
+            break
+        delta = delta_new
+    else:
+        raise ThresholdGradientError(f"Newton in δ did not converge in {max_newton} steps (last |step| {abs(step):.1e}); "
+                                     "start closer to the root (delta0).")
+    if prim["level"] is not None and abs(prim["edge"] - prim["level"]) < kink_tol:
+        raise ThresholdGradientError(
+            f"at the root δ={delta:.6g} the bulk edge ({prim['edge']:.5g}) and the level ({prim['level']:.5g}) coincide "
+            f"within kink_tol={kink_tol}: the margin switches between them there and δ_NN is not differentiable.")
+    if not float(gap) > 1e-8:
+        raise ThresholdGradientError(f"the smallest eigenvalue of A is degenerate at the root (gap {float(gap):.1e}).")
+    # ∂m/∂θ at the last primal point (the root moved by its step < tol·δ)
+    p_flat, unravel = ravel_pytree(params)
+    dm_dp = np.asarray(dm_dp)
+    grad_flat = -dm_dp / dm
+    setting = dict(paths=int(paths), level=level, newton_steps=int(newton_steps), residual_tol=float(residual_tol),
+                   tol=float(tol), params=np.asarray(p_flat).tolist(), delta0=float(delta0),
+                   warmup=None if warmup is None else dict(lr=float(warmup.lr), steps=int(warmup.steps), paths=int(warmup.paths)),
+                   route="stationary DMFT + outlier equation (per key); implicit differentiation of every solve")
+    return ThresholdGradient(delta_nn=delta, gradient=unravel(jnp.asarray(grad_flat)), margin_delta=dm,
+                             margin_params=unravel(jnp.asarray(dm_dp)), cut=cut, edge=prim["edge"], level=prim["level"],
+                             diagnostics=dict(newton=hist, eigen_gap=float(gap), wall_s=time.perf_counter() - t0),
+                             setting=setting, state=prim["start"])
