@@ -169,8 +169,13 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
         for row in res.get("accuracy", []):
             se = row.get("sim_stderr")
             sim = _fmt(row.get("simulation")) + (f" ± {_fmt(se, 2)}" if se is not None else "")
+            tol = _fmt(row.get("tolerance"), 3)
+            if row.get("max_rel_err") is not None:   # relative tolerance with the worst case over keys
+                tol = f"rel {tol} (max {row['max_rel_err']:.1e})"
+            if row.get("paired_difference") is not None:
+                tol = f"{tol}; paired diff {row['paired_difference']:.3f} ± {row['paired_stderr']:.3f}"
             acc_lines.append(f"| {tag} | {row.get('quantity')} | {_fmt(row.get('theory'))} | {sim} | {_fmt(row.get('d'))} | "
-                             f"{_fmt(row.get('seeds'))} | {_fmt(row.get('tolerance'), 3)} | {_fmt(row.get('agree'))} |")
+                             f"{_fmt(row.get('seeds'))} | {tol} | {_fmt(row.get('agree'))} |")
         for row in res.get("performance", []):
             perf_lines.append(f"| {tag} | {row.get('what')} | {_fmt(row.get('value'))} | {row.get('unit', '')} | "
                               f"{_fmt(row.get('ratio'), 3)} | {row.get('note', '')} |")

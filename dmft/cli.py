@@ -359,6 +359,97 @@ def simulate_cmd(
         json_out.write_text(json.dumps(payload, indent=1))
 
 
+@app.command("design")
+def design_cmd(
+    family: str = typer.Option("combination-normalized",
+                               help="activation family: combination-normalized (c·(r, softplus, tanh, GeLU) at unit Gaussian "
+                                    "norm, from softplus), combination (unnormalized), softplus-t, silu-t, gelu-t (temperature β)"),
+    ridge: float = typer.Option(0.3, help="ridge λ on W"),
+    loss_width: float = typer.Option(1.0, help="pseudo-Huber width w"),
+    criterion: str = typer.Option("separation", help="separation (outlier leaves the bulk) or negative (outlier of H + λI "
+                                                     "below 0: THEORY's δ_NN)"),
+    steps: int = typer.Option(8, help="optimizer steps"),
+    learning_rate: float = typer.Option(0.05, help="adam learning rate"),
+    delta0: float = typer.Option(1.3, help="starting δ for the Newton root search"),
+    paths: int = typer.Option(512, help="Monte Carlo paths per key (fixed keys: common random numbers)"),
+    keys: int = typer.Option(2, help="independent keys averaged in the objective (the per-key gradient is noisy)"),
+    warmup_steps: int = typer.Option(80, help="dynamic DMFT steps that start the first fixed point"),
+    warmup_lr: float = typer.Option(0.5, help="their GD step"),
+    seed: int = typer.Option(0),
+    json_out: pathlib.Path = typer.Option(None, "--json", help="write the path and result as JSON"),
+    plot: pathlib.Path = typer.Option(None, "--plot", help="write a figure (δ_NN along the path, activations)"),
+):
+    """Minimize δ_NN (stationary route, per key) over an activation family by gradient descent with
+    its implicit gradient, on the staircase target y = z1 + z2² − 1 (m = 2, a = (1, 1/2) frozen,
+    pseudo-Huber loss): the setting whose first phase converges. Re-evaluate the result with
+    independent keys before trusting an improvement (benchmarks/bench_design.py does)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from . import families as fam
+    from .stationary import Warmup
+
+    try:
+        if family not in fam.ACTIVATION_FAMILIES:
+            raise CLIError(f"--family {family!r} does not exist; choose one of {', '.join(fam.ACTIVATION_FAMILIES)}.")
+        if criterion not in ("separation", "negative"):
+            raise CLIError(f"--criterion {criterion!r}: choose separation or negative.")
+        if not ridge > 0:
+            raise CLIError("--ridge must be > 0 (the stationary point of the first phase needs it here).")
+        if not loss_width > 0:
+            raise CLIError("--loss-width must be > 0.")
+        if steps < 0 or keys < 1 or paths < 64 or paths % 4:
+            raise CLIError("--steps must be >= 0, --keys >= 1 and --paths a multiple of 4, >= 64.")
+        if not (learning_rate > 0 and delta0 > 0):
+            raise CLIError("--learning-rate and --delta0 must be > 0.")
+    except CLIError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    import optax
+    import spectral
+
+    fn = fam.staircase_family(family)
+    p0 = dict(fam.ACTIVATION_FAMILIES[family][1], width=loss_width, ridge=ridge)
+    trainable = tuple(k for k in fam.ACTIVATION_FAMILIES[family][1])
+    t0 = time.perf_counter()
+    try:
+        res = spectral.design(fn, p0, trainable=trainable, delta0=delta0,
+                              keys=[jax.random.fold_in(jax.random.key(seed), i) for i in range(keys)], paths=paths,
+                              warmup=Warmup(warmup_lr, warmup_steps, paths), level="edge" if criterion == "separation" else "auto",
+                              steps=steps, optimizer=optax.adam(learning_rate), progress=typer.echo)
+    except spectral.ThresholdGradientError as exc:
+        typer.echo(f"error: no differentiable threshold at the starting point: {exc}", err=True)
+        raise typer.Exit(1)
+    first, last = res.history[0], res.history[-1]
+    typer.echo(f"{family}: δ_NN {first['delta_nn']:.5f} -> {last['delta_nn']:.5f} in {len(res.history) - 1} steps "
+               f"({res.status}: {res.message}); params {last['params']}; {time.perf_counter() - t0:.0f} s")
+    if plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(1, 2, figsize=(9, 3.5))
+        ax[0].plot([h["step"] for h in res.history], [h["delta_nn"] for h in res.history], "o-")
+        ax[0].set_xlabel("design step")
+        ax[0].set_ylabel("δ_NN (per key)")
+        r = jnp.linspace(-4, 4, 200)
+        act = fam.ACTIVATION_FAMILIES[family][0]
+        for h, lab in ((first, "start"), (last, "designed")):
+            ax[1].plot(r, act({k: jnp.asarray(v) for k, v in h["params"].items()})(r), label=lab)
+        ax[1].set_xlabel("r")
+        ax[1].set_ylabel("σ(r)")
+        ax[1].legend()
+        fig.tight_layout()
+        fig.savefig(plot, dpi=110)
+    if json_out is not None:
+        json_out.write_text(json.dumps(dict(family=family, history=res.history, status=res.status, message=res.message,
+                                            setting=dict(res.setting, target="y = z1 + z2^2 - 1", loss=f"pseudo-Huber {loss_width}",
+                                                         ridge=ridge, criterion=criterion, seed=seed, delta0=delta0)),
+                                       indent=1, default=lambda o: np.asarray(o).tolist()))
+
+
 def main():  # pragma: no cover
     app()
 

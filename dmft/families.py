@@ -26,6 +26,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import ndtr
 
 Array = jax.Array
@@ -90,19 +91,36 @@ def _gelu(r):
 DEFAULT_BASIS = (_identity, jax.nn.softplus, jnp.tanh, _gelu)
 
 
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(60)
+_GH_WEIGHTS = _GH_WEIGHTS / _GH_WEIGHTS.sum()
+
+
+def gaussian_norm(fn):
+    """``√E[σ(Z)²]``, Z ~ N(0, 1), by 60-node Gauss–Hermite quadrature (differentiable)."""
+    return jnp.sqrt(jnp.sum(_GH_WEIGHTS * fn(jnp.asarray(_GH_NODES)) ** 2))
+
+
 class Combination(eqx.Module):
     """``Σ_i c_i φ_i(r)`` over a fixed basis (default: r, softplus, tanh, GeLU — each with
     bounded φ', φ'', so a bounded-curvature loss keeps ``D`` bounded: the strict convention
-    applies and thresholds are smooth in ``c``). A design space for activations (issue #7)."""
+    applies and thresholds are smooth in ``c``). A design space for activations (issue #7).
+    ``normalize=True`` divides by the Gaussian norm ``√E[σ_c(Z)²]`` (scale-free family: with a
+    frozen second layer, shrinking σ otherwise changes δ_NN through the output scale alone)."""
 
     coeffs: Array = eqx.field(converter=_param)
     basis: tuple = eqx.field(static=True, default=DEFAULT_BASIS)
+    normalize: bool = eqx.field(static=True, default=False)
 
-    def __call__(self, r):
+    def _raw(self, r):
         out = jnp.zeros_like(r)
         for c, phi in zip(self.coeffs, self.basis):
             out = out + c * phi(r)
         return out
+
+    def __call__(self, r):
+        if self.normalize:
+            return self._raw(r) / gaussian_norm(self._raw)
+        return self._raw(r)
 
 
 class SmoothReLUPower(eqx.Module):
@@ -133,3 +151,64 @@ class Huber(eqx.Module):
     def __call__(self, y, yhat):
         e = jnp.abs(y - yhat)
         return jnp.where(e <= self.width, 0.5 * e**2, self.width * (e - 0.5 * self.width))
+
+
+# ---------------------------------------------------------------------------------------------
+# the setting in which the first phase converges on the DMFT horizon (bench_two_route)
+# ---------------------------------------------------------------------------------------------
+
+
+def staircase_link(z, eps):
+    """``y = z_1 + z_2² − 1``: z_1 easy (linear), z_2 hard (even)."""
+    return z[0] + z[1] ** 2 - 1.0
+
+
+STAIRCASE_TEACHER = None
+
+
+def staircase_problem(activation, loss, ridge, second_layer=(1.0, 0.5), init_scale=1.0):
+    """Two-layer student of width ``len(second_layer)`` (frozen, unequal entries: no rotation
+    symmetry among the hidden units), ``Q_0 = init_scale² I``, ``M^0 = 0``, on ``y = z_1 + z_2² − 1``. The
+    teacher object is shared across calls so jitted solvers are reused when only the
+    parameters change (a fresh lambda per call would recompile)."""
+    global STAIRCASE_TEACHER
+    from .problem import Init, Problem, Teacher, TwoLayer
+
+    if STAIRCASE_TEACHER is None:
+        STAIRCASE_TEACHER = Teacher(link=staircase_link, k=2, noise_dim=0)
+    m = len(second_layer)
+    return Problem(teacher=STAIRCASE_TEACHER,
+                   student=TwoLayer(activation=activation, width=m, second_layer=jnp.asarray(second_layer, float)),
+                   loss=loss, ridge=ridge, init=Init(q0=jnp.asarray(init_scale, float) ** 2 * jnp.eye(m),
+                                                     overlap=jnp.zeros((2, m))))
+
+
+# activation families by name: (constructor from params, initial params) — used by
+# ``deltann design`` and the design benchmark
+ACTIVATION_FAMILIES = {
+    "combination": (lambda p: Combination(p["c"]), {"c": [0.0, 1.0, 0.0, 0.0]}),     # starts at softplus
+    # unit Gaussian norm (scale-free design space), starts at softplus/‖softplus‖
+    "combination-normalized": (lambda p: Combination(p["c"], normalize=True), {"c": [0.0, 1.0, 0.0, 0.0]}),
+    "softplus-t": (lambda p: SoftplusT(p["beta"]), {"beta": 1.0}),
+    "silu-t": (lambda p: SiLUT(p["beta"]), {"beta": 1.0}),
+    "gelu-t": (lambda p: GeLUT(p["beta"]), {"beta": 1.0}),
+}
+_STAIRCASE_FAMILIES: dict = {}
+
+
+def staircase_family(name: str):
+    """``params -> Problem``: the staircase setting with activation family ``name`` (keys of
+    ``ACTIVATION_FAMILIES``), pseudo-Huber width ``params["width"]``, ridge ``params["ridge"]`` and
+    (optional) ``params["init_scale"]`` (``Q_0 = s² I``).
+    The same function object is returned for the same name (jit caches are keyed on it)."""
+    if name not in ACTIVATION_FAMILIES:
+        raise KeyError(f"unknown activation family {name!r}; choose one of {', '.join(ACTIVATION_FAMILIES)}.")
+    if name not in _STAIRCASE_FAMILIES:
+        act = ACTIVATION_FAMILIES[name][0]
+
+        def family(p):
+            return staircase_problem(act(p), PseudoHuber(p["width"]), p["ridge"], init_scale=p.get("init_scale", 1.0))
+
+        family.__name__ = f"staircase_{name.replace('-', '_')}"
+        _STAIRCASE_FAMILIES[name] = family
+    return _STAIRCASE_FAMILIES[name]

@@ -56,6 +56,11 @@ from .law import law_from_samples
 from .stieltjes import bulk_edge, real_stieltjes_path
 
 
+# relative Cholesky jitter of the dynamic DMFT on the dynamic route (dmft.solve.CHOL_JITTER explains:
+# with the default 1e-13 late-time fields carry amplified rounding noise, non-smooth in δ and θ)
+DYNAMIC_CHOL_JITTER = 1e-8
+
+
 class ThresholdGradientError(ValueError):
     """The threshold or its derivative does not exist at this point (message says why)."""
 
@@ -193,34 +198,57 @@ def _polish_fold(S, lam, D, delta, steps=8):
 
 
 class _Context:
-    """Everything fixed for one key: family, samples, solver settings."""
+    """Everything fixed for one key: family, samples, route and solver settings.
+    ``route``: "stationary" (δ_NN, the t → ∞ fixed point) or "dynamic" (δ*(t): the dynamic
+    DMFT at step ``t`` of ``steps`` GD steps of size ``lr``, differentiated through its scan)."""
 
-    def __init__(self, family, key, paths, newton_steps, level, hard):
+    def __init__(self, family, key, paths, newton_steps, level, hard, route="stationary", lr=None, steps=None, t=None):
         self.family, self.key, self.paths, self.newton_steps = family, key, int(paths), int(newton_steps)
         self.level, self.hard = level, hard
+        self.route, self.lr, self.steps, self.t = route, lr, steps, t
 
     def equations(self, params, delta):
         from dmft.stationary import _equations
 
         return _equations(self.family(params), delta, self.key, self.paths, self.hard, self.newton_steps)
 
+    def trajectory(self, params, delta):
+        from dmft.solve import _solve_core
+
+        return _solve_core(self.family(params), jnp.asarray(delta, float), jnp.asarray(self.lr, float), self.key,
+                           int(self.steps), self.paths, self.hard, (int(self.t),), DYNAMIC_CHOL_JITTER)
+
     def level_value(self, params):
         if self.level == "auto":
             return -self.family(params).ridge
         return jnp.asarray(self.level, float)
 
+    def law_of_trajectory(self, params, traj):
+        import dmft
+
+        pb = self.family(params)
+        smp, a = traj.samples[int(self.t)], traj.second_layer[int(self.t)]
+        y, r, z = (smp.y, smp.r, smp.z) if hasattr(smp, "y") else (smp["y"], smp["r"], smp["z"])
+        D = jax.vmap(lambda yy, rr: dmft.sample_hessian(pb, yy, rr, a))(y, r)
+        return 0.5 * (D + jnp.swapaxes(D, 1, 2)), z[:, list(self.hard)]
+
+    def law(self, params, delta, x_star):
+        """(D, ζ) of the route's law as a differentiable function of (θ, δ)."""
+        hard = list(self.hard)
+        if self.route == "dynamic":
+            return self.law_of_trajectory(params, self.trajectory(params, delta))
+        x = implicit(lambda xx, th: self.equations(th[0], th[1])["residual"](xx), x_star, (params, delta))
+        E = self.equations(params, delta)
+        ev = E["evaluate"](E["unpack"](x))
+        return ev["D"], E["z"][:, hard]
+
 
 def _margin_fn(ctx: _Context, cut: str, x_star, S_star, lam_star):
     """``(params, delta) -> (margin, eigen-gap)`` with every solve attached implicitly at the
     given primal solutions (computed by the caller at the same point)."""
-    hard = list(ctx.hard)
 
     def f(params, delta):
-        x = implicit(lambda xx, th: ctx.equations(th[0], th[1])["residual"](xx), x_star, (params, delta))
-        E = ctx.equations(params, delta)
-        st = E["unpack"](x)
-        ev = E["evaluate"](st)
-        D, zeta = ev["D"], E["z"][:, hard]
+        D, zeta = ctx.law(params, delta, x_star)
         if cut == "level":
             lam = ctx.level_value(params)
             s = implicit(lambda ss, th: _stieltjes_residual(_sym_unpack(ss, D.shape[-1]), th[0], th[1], th[2]),
@@ -236,11 +264,12 @@ def _margin_fn(ctx: _Context, cut: str, x_star, S_star, lam_star):
 
 
 @eqx.filter_jit
-def _margin_derivatives(family, key, paths, newton_steps, level, hard, cut, x_star, S_star, lam_star, params, delta,
-                        with_params):
-    """(margin, eigen-gap), ∂m/∂δ and (if ``with_params``) ∂m/∂θ (flattened), all by forward
-    mode through the implicit rules; one compilation per (family, cut)."""
-    ctx = _Context(family, key, paths, newton_steps, level, hard)
+def _margin_derivatives(family, key, static, cut, x_star, S_star, lam_star, params, delta, with_params=True):
+    """(margin, eigen-gap), ∂m/∂δ and ∂m/∂θ (flattened; zero-length without ``with_params``), all
+    by forward mode through the implicit rules (and, on the dynamic route, through the DMFT scan);
+    one compilation per (family, route, cut, with_params).
+    ``static`` = (paths, newton_steps, level, hard, route, lr, steps, t)."""
+    ctx = _Context(family, key, *static[:4], route=static[4], lr=static[5], steps=static[6], t=static[7])
     f = _margin_fn(ctx, cut, x_star, S_star, lam_star)
     p_flat, unravel = ravel_pytree(params)
     g = lambda pf, d: f(unravel(pf), d)
@@ -256,12 +285,31 @@ def _margin_derivatives(family, key, paths, newton_steps, level, hard, cut, x_st
 # ----------------------------------------------------------------------------------------
 
 
+def _edge_and_level(ctx, params, delta, law):
+    level = float(ctx.level_value(params)) if ctx.level is not None else None
+    edge = bulk_edge(law, float(delta), side="bottom", convention="strict", throw=False)
+    if int(edge.status) != 0:
+        raise ThresholdGradientError(f"bulk edge not found at δ={float(delta):.6g} (status {int(edge.status)}).")
+    return float(edge.edge), edge.S, level
+
+
 def _primal(ctx, params, delta, start, residual_tol, max_iters):
-    """Stationary fixed point, law, edge and cut at (θ, δ). Raises where nothing is defined."""
+    """Stationary fixed point (or dynamic DMFT state at step t), law, edge and cut at (θ, δ).
+    Raises where nothing is defined."""
     import dmft
     from dmft.stationary import CONVERGED
 
     pb = ctx.family(params)
+    if ctx.route == "dynamic":
+        traj = ctx.trajectory(params, delta)
+        failed = int(np.asarray(traj.failed_step)) if getattr(traj, "failed_step", None) is not None else -1
+        if 0 <= failed <= int(ctx.t):
+            raise ThresholdGradientError(f"the DMFT became non-finite at step {failed} (δ={float(delta):.6g}): reduce lr.")
+        D, zeta = ctx.law_of_trajectory(params, traj)
+        law = law_from_samples(np.asarray(D), zeta=np.asarray(zeta), unbounded=())
+        edge, S_edge, level = _edge_and_level(ctx, params, delta, law)
+        return dict(x=None, law=law, edge=edge, S_edge=S_edge, level=level, start=None, residual=0.0,
+                    train_error=float(np.asarray(traj.train_error)[int(ctx.t)]))
     st = dmft.stationary(pb, float(delta), paths=ctx.paths, key=ctx.key, start=start, max_iters=max_iters,
                          newton_steps=ctx.newton_steps)
     res = float(st.residual)
@@ -275,12 +323,10 @@ def _primal(ctx, params, delta, start, residual_tol, max_iters):
     smp = st.samples
     law = law_from_samples(np.asarray(jax.vmap(lambda y, r: dmft.sample_hessian(pb, y, r, st.second_layer))(smp["y"], smp["r"])),
                            zeta=np.asarray(smp["z"])[:, list(ctx.hard)], unbounded=())
-    level = float(ctx.level_value(params)) if ctx.level is not None else None
-    edge = bulk_edge(law, float(delta), side="bottom", convention="strict", throw=False)
-    if int(edge.status) != 0:
-        raise ThresholdGradientError(f"bulk edge not found at δ={float(delta):.6g} (status {int(edge.status)}).")
-    return dict(stationary=st, x=x, law=law, edge=float(edge.edge), S_edge=edge.S, level=level,
-                start=dict(Q=st.q, V=st.response, M=st.overlap, a=st.second_layer), residual=res)
+    edge, S_edge, level = _edge_and_level(ctx, params, delta, law)
+    return dict(x=x, law=law, edge=edge, S_edge=S_edge, level=level,
+                start=dict(Q=st.q, V=st.response, M=st.overlap, a=st.second_layer), residual=res,
+                train_error=float(st.train_error))
 
 
 def _cut_solution(ctx, prim, delta, cut):
@@ -298,8 +344,10 @@ def _cut_solution(ctx, prim, delta, cut):
 
 
 def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: int, warmup=None, start=None, level="auto",
+                       route: str = "stationary", lr: Optional[float] = None, steps: Optional[int] = None,
+                       time_step: Optional[int] = None,
                        newton_steps: int = 30, max_iters: int = 400, residual_tol: float = 1e-9, tol: float = 1e-10,
-                       max_newton: int = 25, kink_tol: float = 1e-3) -> ThresholdGradient:
+                       max_newton: int = 25, kink_tol: float = 1e-3, margin_tol: Optional[float] = None) -> ThresholdGradient:
     """Per-key threshold of the stationary route and its gradient in the parameters.
 
     ``family(params) -> dmft.Problem`` (params: a pytree of floats, e.g. ``{"beta": 1.0}``);
@@ -309,41 +357,84 @@ def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: i
     result at nearby parameters: continuation); ``level``: "auto" (−ridge: THEORY's negative
     outlier), "edge" (separation from the bulk) or a float. The cut at the root is
     min(edge, level); ``kink_tol``: the root is refused when |edge − level| is below it (the
-    margin has a kink there)."""
+    margin has a kink there). Newton stops when its step is below ``tol``·δ or |margin| below
+    ``margin_tol`` (default 1e-13 stationary, 1e-9 dynamic: the measured noise floors).
+
+    ``route="dynamic"`` differentiates δ*(t) instead: the margin of the dynamic DMFT's law at
+    step ``time_step`` (default ``steps``) of ``steps`` GD steps of size ``lr`` (forward mode
+    through the DMFT's scan; no fixed point, no warm-up). Unlike δ_NN it depends on the
+    initialization (e.g. ``Init.q0`` as a parameter)."""
     t0 = time.perf_counter()
     hard = family(params).teacher.hard_coordinates()
     if not hard:
         raise ThresholdGradientError("the teacher has no hard coordinates: there is no hard outlier and no threshold.")
     lvl = None if level == "edge" else level
-    ctx = _Context(family, key, paths, newton_steps, lvl, hard)
+    # margin noise floor: ~1e-11 on the stationary route, ~1e-9 through 80 dynamic DMFT steps (rounding
+    # in the block-Cholesky recursion, see dmft.solve.CHOL_JITTER): Newton stops there
+    margin_tol = (1e-13 if route == "stationary" else 1e-9) if margin_tol is None else float(margin_tol)
+    if route not in ("stationary", "dynamic"):
+        raise ThresholdGradientError(f"route must be 'stationary' (δ_NN) or 'dynamic' (δ*(t)); got {route!r}.")
+    if route == "dynamic":
+        if lr is None or steps is None:
+            raise ThresholdGradientError("route='dynamic' needs lr= and steps= (the DMFT horizon).")
+        time_step = int(steps) if time_step is None else int(time_step)
+        if not 0 <= time_step <= int(steps):
+            raise ThresholdGradientError(f"time_step must lie in 0..steps = 0..{int(steps)}; got {time_step}.")
+        lr = float(lr)
+    static = (int(paths), int(newton_steps), lvl, hard, route, lr, None if steps is None else int(steps), time_step)
+    ctx = _Context(family, key, *static[:4], route=route, lr=lr, steps=static[6], t=time_step)
     pb0 = family(params)
-    if start is None and warmup is not None:
+    if start is None and warmup is not None and route == "stationary":
         start = warmup.run(pb0, float(delta0), key)
     delta = float(delta0)
     hist = []
+    pos, neg = None, None          # last δ with margin ≥ 0 / < 0: a bracket once both are known
+    good_delta, good_start, retreats = None, start, 0
+    converged = False
     for it in range(max_newton):
-        prim = _primal(ctx, params, delta, start, residual_tol, max_iters)
+        try:
+            prim = _primal(ctx, params, delta, start, residual_tol, max_iters)
+        except ThresholdGradientError as e:
+            # the trial δ has no fixed point (or edge): retreat halfway toward the last good δ
+            if good_delta is None or retreats >= 4:
+                raise
+            retreats += 1
+            hist.append(dict(delta=delta, failed=str(e)[:200]))
+            delta, start = 0.5 * (delta + good_delta), good_start
+            continue
         start = prim["start"]
         cut = "edge" if (prim["level"] is None or prim["edge"] <= prim["level"]) else "level"
         S, lam, cut_diag = _cut_solution(ctx, prim, delta, cut)
         sol = (prim["x"], jnp.asarray(S), jnp.asarray(lam, float))
-        # ∂m/∂θ comes with every step (one compilation; n_params extra JVPs are cheap next to the solves)
-        mval, gap, dm, dm_dp = _margin_derivatives(family, key, int(paths), int(newton_steps), lvl, hard, cut, *sol, params,
-                                                   jnp.asarray(delta, float), True)
+        # stationary route: ∂m/∂θ comes with every step (one compilation; the extra JVPs are cheap next
+        # to the solves); dynamic route: each JVP is a pass through the DMFT, so only ∂m/∂δ here
+        mval, gap, dm, dm_dp = _margin_derivatives(family, key, static, cut, *sol, params, jnp.asarray(delta, float),
+                                                   route == "stationary")
         mval, dm = float(mval), float(dm)
         hist.append(dict(delta=delta, margin=mval, margin_delta=dm, cut=cut, edge=prim["edge"], level=prim["level"],
-                         residual=prim["residual"], **cut_diag))
+                         residual=prim["residual"], train_error=prim["train_error"], **cut_diag))
         if not np.isfinite(dm) or dm == 0.0:
             raise ThresholdGradientError(f"∂m/∂δ = {dm} at δ={delta:.6g}: tangential or undefined root.")
-        step = -mval / dm
-        step = float(np.clip(step, -0.25 * delta, 0.25 * delta))
-        delta_new = delta + step
-        if abs(step) < tol * max(1.0, delta):
+        good_delta, good_start = delta, start
+        if mval >= 0:
+            pos = delta
+        else:
+            neg = delta
+        # safeguarded Newton: clipped to ±25 % of δ, bisection when it leaves a known bracket
+        step = float(np.clip(-mval / dm, -0.25 * delta, 0.25 * delta))
+        cand = delta + step
+        if pos is not None and neg is not None:
+            lo, hi = min(pos, neg), max(pos, neg)
+            if not lo < cand < hi:
+                cand = 0.5 * (lo + hi)
+        if abs(cand - delta) < tol * max(1.0, delta) or abs(mval) < margin_tol:
+            converged = True
             break
-        delta = delta_new
-    else:
-        raise ThresholdGradientError(f"Newton in δ did not converge in {max_newton} steps (last |step| {abs(step):.1e}); "
-                                     "start closer to the root (delta0).")
+        delta = cand
+    if not converged:
+        tail = ", ".join(f"({h['delta']:.5g}, {h.get('margin', float('nan')):.2e})" for h in hist[-6:])
+        raise ThresholdGradientError(f"Newton in δ did not converge in {max_newton} steps; last (δ, margin): {tail}. "
+                                     "Start closer to the root (delta0) or check that the margin changes sign.")
     if prim["level"] is not None and abs(prim["edge"] - prim["level"]) < kink_tol:
         raise ThresholdGradientError(
             f"at the root δ={delta:.6g} the bulk edge ({prim['edge']:.5g}) and the level ({prim['level']:.5g}) coincide "
@@ -352,12 +443,18 @@ def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: i
         raise ThresholdGradientError(f"the smallest eigenvalue of A is degenerate at the root (gap {float(gap):.1e}).")
     # ∂m/∂θ at the last primal point (the root moved by its step < tol·δ)
     p_flat, unravel = ravel_pytree(params)
+    if route == "dynamic":
+        _, _, dm, dm_dp = _margin_derivatives(family, key, static, cut, *sol, params, jnp.asarray(delta, float), True)
+        dm = float(dm)
     dm_dp = np.asarray(dm_dp)
     grad_flat = -dm_dp / dm
     setting = dict(paths=int(paths), level=level, newton_steps=int(newton_steps), residual_tol=float(residual_tol),
-                   tol=float(tol), params=np.asarray(p_flat).tolist(), delta0=float(delta0),
+                   tol=float(tol), margin_tol=margin_tol, params=np.asarray(p_flat).tolist(), delta0=float(delta0),
                    warmup=None if warmup is None else dict(lr=float(warmup.lr), steps=int(warmup.steps), paths=int(warmup.paths)),
-                   route="stationary DMFT + outlier equation (per key); implicit differentiation of every solve")
+                   route=("stationary DMFT + outlier equation (per key): δ_NN" if route == "stationary" else
+                          f"dynamic DMFT at step {time_step} of {steps} (lr {lr}) + outlier equation (per key): δ*(t)"),
+                   lr=lr, steps=steps, time_step=time_step,
+                   chol_jitter=DYNAMIC_CHOL_JITTER if route == "dynamic" else None)
     return ThresholdGradient(delta_nn=delta, gradient=unravel(jnp.asarray(grad_flat)), margin_delta=dm,
                              margin_params=unravel(jnp.asarray(dm_dp)), cut=cut, edge=prim["edge"], level=prim["level"],
                              diagnostics=dict(newton=hist, eigen_gap=float(gap), wall_s=time.perf_counter() - t0),

@@ -82,3 +82,38 @@ def test_threshold_gradient_matches_finite_differences():
     # the derivative needs a converged fixed point: a clear error otherwise
     with pytest.raises(ThresholdGradientError, match="not converged"):
         threshold_gradient(family, params, delta0=1.3, max_iters=1, **kw)
+
+
+def test_dmft_differentiable_at_degenerate_kernels():
+    """The dynamic route differentiates dmft.solve: its eigh-based steps carry Daleckii–Krein JVPs,
+    finite at degenerate kernels (Q0 = I), consistent with finite differences."""
+    from dmft.solve import _psd_part, _solve_core, _sqrt_factor
+
+    A = jnp.array([[1.0, 0.3, 0.0], [0.3, 0.2, 0.1], [0.0, 0.1, -0.4]])
+    dA = jnp.array([[0.2, -0.1, 0.3], [-0.1, 0.5, 0.0], [0.3, 0.0, 0.1]])
+    _, jv = jax.jvp(_psd_part, (A,), (dA,))
+    h = 1e-6
+    np.testing.assert_allclose(jv, (_psd_part(A + h * dA) - _psd_part(A - h * dA)) / (2 * h), atol=1e-8)
+    for C in (A @ A.T, jnp.eye(3)):  # generic and degenerate
+        F, dF = jax.jvp(_sqrt_factor, (C,), (dA,))
+        np.testing.assert_allclose(dF @ F.T + F @ dF.T, dA, atol=1e-10)   # d(F Fᵀ) = dC
+    pb = fam.staircase_family("gelu-t")(dict(beta=jnp.asarray(1.0), width=jnp.asarray(1.0), ridge=jnp.asarray(0.2)))
+
+    def train(d):
+        return _solve_core(pb, d, jnp.asarray(0.5), jax.random.key(1), 10, 256, (1,), (), 1e-8).train_error[-1]
+
+    _, jd = jax.jvp(train, (jnp.asarray(2.0),), (jnp.asarray(1.0),))
+    fd = (train(jnp.asarray(2.0 + 1e-5)) - train(jnp.asarray(2.0 - 1e-5))) / 2e-5
+    assert np.isfinite(float(jd)) and abs(float(jd) - float(fd)) <= 1e-5 * (1 + abs(float(fd)))
+
+
+def test_design_cli_rejects_bad_input_before_solving():
+    from typer.testing import CliRunner
+
+    from dmft.cli import app
+
+    runner = CliRunner()
+    for args, msg in ((["--family", "nope"], "--family"), (["--criterion", "steepest"], "--criterion"),
+                      (["--ridge", "0"], "--ridge"), (["--paths", "30"], "--paths")):
+        res = runner.invoke(app, ["design"] + args)
+        assert res.exit_code == 2 and msg in res.output, (args, res.output)

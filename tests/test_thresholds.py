@@ -131,8 +131,9 @@ def test_stationary_route_margins_and_no_bracket():
     assert np.isnan(out["eigenvalue"][0]) and out["eigenvalue"][1] < out["edge"][1]
     # with ridge 0.3 the separated outlier is not a negative eigenvalue of H + 0.3 I: under THEORY's
     # criterion (level = −ridge) there is no outlier at δ = 2
-    neg = spectral.margins_at_stationary(pb, [2.0], paths=1024, key=jax.random.key(3), warmup=warm, residual_tol=1e-3)
-    assert neg["margin"][0] > 0
+    # (grids of length 2 throughout: one compilation of the vmapped warm-up and fixed-point solves)
+    neg = spectral.margins_at_stationary(pb, [1.0, 2.0], paths=1024, key=jax.random.key(3), warmup=warm, residual_tol=1e-3)
+    assert neg["margin"][1] > 0
     res = spectral.delta_nn_stationary(pb, grid=[2.0, 3.0], paths=1024, key=jax.random.key(4), warmup=warm, repeats=2,
                                        level="edge", residual_tol=1e-3)
     assert res.status == "no-bracket" and res.delta_nn is None and "smaller δ" in res.message
