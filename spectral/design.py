@@ -44,12 +44,15 @@ def _to_list(p):
 
 def design(family: Callable, params, *, trainable, delta0: float, keys, paths: int, warmup, level="edge",
            steps: int = 20, optimizer: Optional[optax.GradientTransformation] = None, backtracks: int = 4,
-           grad_tol: float = 1e-4, progress: Optional[Callable[[str], None]] = None, **threshold_kw) -> DesignResult:
+           grad_tol: float = 1e-4, progress: Optional[Callable[[str], None]] = None,
+           threshold_options: Optional[dict] = None) -> DesignResult:
     """Minimize the Monte Carlo estimate of δ_NN — the mean over ``keys`` of the per-key
     threshold of ``family(params)`` — over ``params[trainable]`` (names in the params dict).
     The per-key gradient is noisy (measured: its across-key spread is comparable to its mean at
     512–2048 paths, bench_threshold_gradient), so use several keys. ``optimizer`` defaults to
-    ``optax.adam(0.05)``. Returns the path, the final parameters and why the loop stopped."""
+    ``optax.adam(0.05)``. ``threshold_options``: further keywords of ``threshold_gradient``
+    (e.g. ``dict(route="dynamic", lr=0.5, steps=80)`` to design on δ*(t); ``warmup`` may then be
+    None). Returns the path, the final parameters and why the loop stopped."""
     say = progress or (lambda s: None)
     params = {k: jnp.asarray(v, float) for k, v in params.items()}
     missing = [k for k in trainable if k not in params]
@@ -61,7 +64,7 @@ def design(family: Callable, params, *, trainable, delta0: float, keys, paths: i
     opt = optax.adam(0.05) if optimizer is None else optimizer
     sub = {k: params[k] for k in trainable}
     state = opt.init(sub)
-    kw = dict(paths=paths, level=level, **threshold_kw)
+    kw = dict(paths=paths, level=level, **(threshold_options or {}))
     t0 = time.perf_counter()
 
     def evaluate(p, roots, starts):
@@ -111,6 +114,7 @@ def design(family: Callable, params, *, trainable, delta0: float, keys, paths: i
         say(f"step {it}: δ_NN = {dnn:.5f} (|∇| = {gnorm:.3g}, backtracks {nb})")
     setting = dict(trainable=list(trainable), steps=int(steps), paths=int(paths), keys=len(keys), level=level,
                    backtracks=int(backtracks), optimizer="optax.adam(0.05)" if optimizer is None else repr(optimizer),
-                   warmup=dict(lr=float(warmup.lr), steps=int(warmup.steps), paths=int(warmup.paths)),
+                   warmup=None if warmup is None else dict(lr=float(warmup.lr), steps=int(warmup.steps), paths=int(warmup.paths)),
+                   threshold_options={k: v for k, v in (threshold_options or {}).items()},
                    objective="mean over keys of the per-key δ_NN of the stationary route (spectral.threshold_gradient)")
     return DesignResult(params=params, delta_nn=dnn, history=hist, status=status, message=msg, setting=setting)
