@@ -348,7 +348,7 @@ def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: i
                        time_step: Optional[int] = None,
                        newton_steps: int = 30, max_iters: int = 400, residual_tol: float = 1e-9, tol: float = 1e-10,
                        max_newton: int = 25, kink_tol: float = 1e-3, margin_tol: Optional[float] = None) -> ThresholdGradient:
-    """Per-key threshold of the stationary route and its gradient in the parameters.
+    """Per-key threshold (δ_NN of the stationary route, or δ*(t) on the dynamic route) and its gradient.
 
     ``family(params) -> dmft.Problem`` (params: a pytree of floats, e.g. ``{"beta": 1.0}``);
     ``delta0``: a starting δ near the root (e.g. from ``spectral.delta_nn_stationary``);
