@@ -347,7 +347,8 @@ def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: i
                        route: str = "stationary", lr: Optional[float] = None, steps: Optional[int] = None,
                        time_step: Optional[int] = None,
                        newton_steps: int = 30, max_iters: int = 400, residual_tol: float = 1e-9, tol: float = 1e-10,
-                       max_newton: int = 25, kink_tol: float = 1e-3, margin_tol: Optional[float] = None) -> ThresholdGradient:
+                       max_newton: int = 25, kink_tol: float = 1e-3, margin_tol: Optional[float] = None,
+                       window: float = 0.5) -> ThresholdGradient:
     """Per-key threshold (δ_NN of the stationary route, or δ*(t) on the dynamic route) and its gradient.
 
     ``family(params) -> dmft.Problem`` (params: a pytree of floats, e.g. ``{"beta": 1.0}``);
@@ -358,7 +359,9 @@ def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: i
     outlier), "edge" (separation from the bulk) or a float. The cut at the root is
     min(edge, level); ``kink_tol``: the root is refused when |edge − level| is below it (the
     margin has a kink there). Newton stops when its step is below ``tol``·δ or |margin| below
-    ``margin_tol`` (default 1e-13 stationary, 1e-9 dynamic: the measured noise floors).
+    ``margin_tol`` (default 1e-13 stationary, 1e-9 dynamic: the measured noise floors). Until a
+    sign change is bracketed, iterates stay within ``delta0·(1 ± window)``; a root not found there
+    is an error (not a wander to a far, possibly different, root).
 
     ``route="dynamic"`` differentiates δ*(t) instead: the margin of the dynamic DMFT's law at
     step ``time_step`` (default ``steps``) of ``steps`` GD steps of size ``lr`` (forward mode
@@ -427,6 +430,14 @@ def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: i
             lo, hi = min(pos, neg), max(pos, neg)
             if not lo < cand < hi:
                 cand = 0.5 * (lo + hi)
+        else:
+            lo_w, hi_w = float(delta0) * (1.0 - window), float(delta0) * (1.0 + window)
+            if not lo_w <= cand <= hi_w:
+                if abs(delta - lo_w) < 1e-12 * delta0 or abs(delta - hi_w) < 1e-12 * delta0:
+                    raise ThresholdGradientError(
+                        f"no sign change of the margin within δ0·(1 ± {window}) = [{lo_w:.4g}, {hi_w:.4g}] (margin "
+                        f"{mval:.3g} at the window's edge δ={delta:.4g}): start elsewhere (delta0) or widen window.")
+                cand = min(max(cand, lo_w), hi_w)
         if abs(cand - delta) < tol * max(1.0, delta) or abs(mval) < margin_tol:
             converged = True
             break

@@ -82,6 +82,9 @@ def test_threshold_gradient_matches_finite_differences():
     # the derivative needs a converged fixed point: a clear error otherwise
     with pytest.raises(ThresholdGradientError, match="not converged"):
         threshold_gradient(family, params, delta0=1.3, max_iters=1, **kw)
+    # far from the root Newton does not wander off: no sign change within δ0·(1 ± window) is an error
+    with pytest.raises(ThresholdGradientError, match="no sign change"):
+        threshold_gradient(family, params, delta0=3.0, window=0.1, start=res.state, **kw)
 
 
 def test_dmft_differentiable_at_degenerate_kernels():
