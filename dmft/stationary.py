@@ -121,7 +121,7 @@ def _equations(problem: Problem, delta, key, paths: int, hard: tuple, newton_ste
     solvers below and by ``spectral.threshold_gradient``, which differentiates them).
 
     Returns a dict with the samples (``z``, ``eps``, ``y``, ``xi``, ``xi_fresh``; antithetic
-    groups ``G × Nb``), ``gmean`` (exact-symmetric mean over paths), the per-sample maps, and
+    groups ``G × Nb``), the per-sample maps, and
     ``evaluate(state)`` (prox, g, D, Γ, C_g, E[z gᵀ] at ``state = dict(Q, V, M, a, r)``),
     ``residual(x)`` (the residuals of (S3)–(S5) in the Cholesky unknowns
     ``x = dict(LQ, LV, M, a)``; zero at a fixed point) and ``unpack(x)``. Everything is a pure
@@ -203,7 +203,7 @@ def _equations(problem: Problem, delta, key, paths: int, hard: tuple, newton_ste
             out["a"] = jnp.mean(grad_a(y, ev["r"], st_["a"]), axis=0) + lam_a * st_["a"]
         return out
 
-    return dict(z=z, eps=eps, y=y, xi=xi, xi_fresh=xi_fresh, G=G, Nb=Nb, gmean=gmean, maps=f, evaluate=evaluate,
+    return dict(z=z, eps=eps, y=y, xi=xi, xi_fresh=xi_fresh, G=G, Nb=Nb, maps=f, evaluate=evaluate,
                 residual=residual, unpack=unpack, pack=pack)
 
 

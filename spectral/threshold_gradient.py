@@ -52,8 +52,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .law import law_from_samples
-from .stieltjes import bulk_edge, real_stieltjes_path
+from .law import BlockLaw, law_from_samples
+from .outliers import A_matrix
+from .stieltjes import bulk_edge, fixed_point_map, linearization, real_stieltjes_path
 
 
 # relative Cholesky jitter of the dynamic DMFT on the dynamic route (dmft.solve.CHOL_JITTER explains:
@@ -127,31 +128,17 @@ def implicit(residual: Callable, solution, theta):
 
 
 # ----------------------------------------------------------------------------------------
-# the block Stieltjes pieces written on raw arrays (D, weights, zeta) so they can be traced
+# the block Stieltjes pieces of spectral.stieltjes / spectral.outliers on a traced sample law
 # ----------------------------------------------------------------------------------------
 
 
-def _B(S, D, delta):
-    m = S.shape[-1]
-    K = jnp.eye(m)[None] + jnp.einsum("ij,njk->nik", S, D) / delta
-    return jnp.swapaxes(jnp.linalg.solve(jnp.swapaxes(K, 1, 2), D), 1, 2)     # D (I + S D/δ)^{-1}
-
-
-def _F(S, lam, D, delta):
-    EB = jnp.mean(_B(S, D, delta), axis=0)
-    return jnp.linalg.inv(0.5 * (EB + EB.T) - lam * jnp.eye(S.shape[-1]))
-
-
-def _L(S, D, delta):
-    m = S.shape[-1]
-    B = _B(S, D, delta)
-    K = jnp.einsum("nik,nlj->ijkl", B, B).reshape(m * m, m * m) / D.shape[0]
-    P = jnp.einsum("ik,lj->ijkl", S, S).reshape(m * m, m * m)
-    return P @ K / delta
+def _law(D, zeta=None):
+    """Equal-weight law of traced samples (no validation: shapes come from the solvers)."""
+    return BlockLaw(D=D, weights=jnp.full((D.shape[0],), 1.0 / D.shape[0], D.dtype), zeta=zeta)
 
 
 def _stieltjes_residual(S, lam, D, delta):
-    G = S - _F(S, lam, D, delta)
+    G = S - fixed_point_map(S, lam, _law(D), delta)
     return _sym_pack(0.5 * (G + G.T))
 
 
@@ -160,14 +147,12 @@ def _fold_residual(v, D, delta):
     m = D.shape[-1]
     S, lam = _sym_unpack(v[:-1], m), v[-1]
     return jnp.concatenate([_stieltjes_residual(S, lam, D, delta),
-                            jnp.linalg.det(jnp.eye(m * m) - _L(S, D, delta))[None]])
+                            jnp.linalg.det(jnp.eye(m * m) - linearization(S, _law(D), delta))[None]])
 
 
 def _A_min(S, lam, D, zeta, delta):
-    m, h = S.shape[-1], zeta.shape[1]
-    B = _B(S, D, delta)
-    A = jnp.einsum("na,nb,nij->aibj", zeta, zeta, B).reshape(h * m, h * m) / D.shape[0]
-    ev = jnp.linalg.eigvalsh(0.5 * (A + A.T) - lam * jnp.eye(h * m))
+    """Smallest eigenvalue of THEORY §2's A(λ) and its gap to the next."""
+    ev = jnp.linalg.eigvalsh(A_matrix(S, lam, _law(D, zeta), delta))
     return ev[0], ev[1] - ev[0] if ev.shape[0] > 1 else jnp.inf
 
 
