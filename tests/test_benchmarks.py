@@ -145,3 +145,46 @@ def test_committed_first_phase_reproduces():
     assert row["hard_weight_below_edge_mean"] > 0.5
     gelu = [r for r in res["data"]["rows"] if r["setting"].startswith("gelu, m=4, a=1/4")]
     assert gelu and max(r["hard_weight_below_edge_mean"] for r in gelu) < 0.25
+
+
+def test_design_gd_weak_recovery_and_threshold_rule():
+    """δ_alg of the staircase by quadrature: resolution-independent, and → 1/2 (noiseless phase
+    retrieval, closed form) as the noise z1 → 0, quadratically (measured: 0.5 + 0.19 σ² near 0).
+    The design rule keeps thresholds and rejects windows (outlier that appears and disappears)."""
+    from benchmarks.bench_design_gd import persistent_threshold, weak_recovery_staircase
+
+    full = weak_recovery_staircase(1.0, points=2001)
+    assert full == pytest.approx(weak_recovery_staircase(1.0, points=1501), abs=1e-6)
+    assert 0.6 < full < 0.7            # y alone: less than the easy direction known (1/2)
+    small = [weak_recovery_staircase(s, points=2001) for s in (0.3, 0.2, 0.1)]
+    assert small[0] > small[1] > small[2] > 0.5
+    assert small[2] == pytest.approx(0.5, abs=3e-3)
+    grid = [1.0, 1.5, 2.0, 2.5, 3.0, 4.0]
+    assert persistent_threshold(grid, [0.3, 0.1, -0.05, -0.1, -0.2, -0.3], 1.8)
+    assert not persistent_threshold(grid, [0.3, 0.1, -0.05, -0.1, 0.02, 0.05], 1.8)    # a window
+    assert not persistent_threshold(grid, [0.3, 0.2, 0.1, 0.1, 0.1, 0.1], float("nan"))
+    # paired area: a step curve shifted left by one grid spacing (0.5) with jump 0.9 → area 0.45
+    from benchmarks.bench_design_gd import paired_gd_area
+
+    step = lambda x0: np.array([[0.9 if x > x0 else 0.0] * 3 for x in grid])
+    area, se = paired_gd_area(step(1.75), step(2.25), grid)
+    assert area == pytest.approx(0.45) and se == 0.0
+
+
+def test_committed_design_gd_is_consistent():
+    """The committed design-vs-GeLU GD check: the designed α is the argmin of the key-mean δ*(t)
+    among persistent thresholds, and the paired DMFT difference in its row is recomputed from the
+    per-key roots stored next to it."""
+    res = _load("design_gd")
+    dg = res["diagnostics"]
+    scan, alphas = dg["scan"], res["setting"]["alphas"]
+    ok = [a for a in alphas if dg["feasible"][str(a)]]
+    assert dg["alpha_opt"] == min(ok, key=lambda a: scan[str(a)]["delta_star"][-1])
+    row = next(r for r in res["accuracy"] if "vs gelu (α=0)" in r["quantity"])
+    diff = np.asarray(dg["theory"]["designed"]["per_key"])[:, -1] - np.asarray(dg["theory"]["gelu (α=0)"]["per_key"])[:, -1]
+    assert row["paired_difference"] == pytest.approx(diff.mean(), abs=1e-12)
+    assert row["agree"] == bool(diff.mean() < -3 * diff.std(ddof=1) / np.sqrt(len(diff)))
+    from benchmarks.bench_design_gd import accuracy_rows
+
+    again = accuracy_rows(res["setting"], dg["theory"], dg["gd"], dg["alpha_opt"])
+    assert json.loads(json.dumps(again)) == res["accuracy"]
