@@ -26,11 +26,23 @@ bench_success_bounded). Claims tested: (1) δ*(t) of the designed activation is 
 down, consistent with the DMFT shift within 3 combined s.e., and the paired area between the
 final-cos curves is positive by 3 s.e.
 
-Measured (standard, 2026-12-01): (1) holds (α = 0.75: 1.837 ± 0.031 vs 2.377 ± 0.058, paired −0.54 ± 0.09);
-(2) FAILS: in GD the designed network's final hard cos is below GeLU(α=0)'s at every δ (plateau ≈ 0.22 vs
-0.63–0.70 at δ = 3–4), no 50% point on the grid; paired area −0.85 (theory guess +0.34). The rows say so
-(agree = false); ``diagnostics.finding`` in the JSON records the reading. δ*(t) is the appearance of the
-outlier, not how far GD then travels along the hard direction.
+Two GD readings of "learns the hard direction": (a) final hard cos > 0.3 (success curve, 50% point);
+(b) the onset by finite-size scaling, free of the plateau height (``fss_onset``: the δ where the
+ratio of mean final cos at d = 1000 and d = 300 crosses (300/1000)^{1/4}: below threshold the
+overlap is a d^{-1/2} fluctuation, above it macroscopic). A counter-direction is tested too:
+(GeLU + log cosh)/‖·‖ (an even part), for which the DMFT predicts a *higher* δ*(t).
+
+Measured (standard, 2026-12-01; 8 seeds at d = 1000, 16 at d = 300):
+(1) holds (α = 0.75: 1.837 ± 0.031 vs 2.377 ± 0.058, paired −0.54 ± 0.09).
+(2a) FAILS: the designed network plateaus at final cos ≈ 0.23 (δ = 3–4) and never reaches 50% success;
+paired area −0.85 ± 0.02 (theory sign +). The even part: DMFT +0.30 ± 0.08, GD 50% point −0.10 ± 0.23,
+paired area +0.28 ± 0.02 (theory sign −): also the wrong sign. Under (a) δ*(t) orders neither direction.
+(2b) FSS onsets: GeLU(α=0) 1.57 ± 0.29, designed 1.84 ± 0.32, even part 2.05 ± 0.27 (each within 3 s.e. of
+its δ*(t)); shifts vs α=0: designed +0.27 ± 0.31 (DMFT −0.54: opposite sign, 2.6 combined s.e.), even
++0.48 ± 0.40 (DMFT +0.30: agrees). The onset errors (±0.3 at 8/16 seeds) are too large to decide the
+designed shift; ~10× the seeds would (a GPU job). The plateau height, which (a) mixes in, is where the
+designs differ most in GD (0.23 vs 0.63 vs 0.76 at δ = 3); bench_escape_dmft compares it with the DMFT
+from a seeded overlap.
 
 δ_alg for this target (weak recovery of z2, by quadrature): 1/2 given y and the learned easy
 direction (E[z2² | y, z1] = y − z1 + 1 exactly), 0.647 from y alone.
@@ -78,9 +90,21 @@ def _params(c):
     return dict(c=jnp.asarray(c, float), width=jnp.asarray(1.0), ridge=jnp.asarray(0.2))
 
 
+def _logcosh(r):
+    """log cosh r (even; φ' = tanh and φ'' = sech² bounded, like the default basis)."""
+    return jnp.logaddexp(r, -r) - jnp.log(2.0)
+
+
+EVEN = "gelu+logcosh (β=1)"     # the counter-direction: adds an even (He2-carrying) part
+EVEN_BETA = 1.0
+
+
 def _problem(name, alpha):
     if name == "gelu (plain)":
         return fam.staircase_family("combination")(_params([0.0, 0.0, 0.0, 1.0]))
+    if name == EVEN:
+        act = fam.Combination(jnp.array([1.0, EVEN_BETA]), basis=(fam._gelu, _logcosh), normalize=True)
+        return fam.staircase_problem(act, fam.PseudoHuber(1.0), 0.2)
     return fam.staircase_family(FAMILY)(_params([alpha, 0.0, 0.0, 1.0]))
 
 
@@ -91,6 +115,54 @@ def paired_gd_area(cos_a, cos_b, grid):
     diff = np.asarray(cos_a, float) - np.asarray(cos_b, float)        # (len(grid), seeds)
     area = np.trapezoid(diff, np.asarray(grid, float), axis=0)
     return float(area.mean()), float(area.std(ddof=1) / np.sqrt(area.size))
+
+
+def _finite(x):
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
+def fss_ratio(cos_big, cos_small):
+    """Per-δ ratio of the mean final hard cos at the larger d to that at the smaller d (arrays
+    (len(grid), seeds)). Below the threshold the hard overlap is a finite-size fluctuation,
+    cos ∝ d^{-1/2}: ratio → √(d_small/d_big); above it the overlap is macroscopic: ratio → 1."""
+    return np.asarray(cos_big, float).mean(1) / np.asarray(cos_small, float).mean(1)
+
+
+def fss_onset(grid, cos_big, cos_small, d_big, d_small, boot=400, seed=0, paired_with=None):
+    """Onset of learning of the hard direction by finite-size scaling, free of the plateau height:
+    the first δ where the cos ratio (:func:`fss_ratio`) crosses the geometric midpoint
+    √r0 of its two limits r0 = √(d_small/d_big) and 1 (linear interpolation; nan when no grid pair
+    brackets it). Standard error by a bootstrap over seeds (independently per δ and d).
+    ``paired_with=(cos_big_ref, cos_small_ref)``: also the onset shift self − ref, resampling the
+    same seed indices for both (same key: same data and initial weights), its bootstrap s.e."""
+    g = np.asarray(grid, float)
+    level = (d_small / d_big) ** 0.25
+
+    def onset(cb, cs):
+        r = fss_ratio(cb, cs)
+        for i in range(1, len(g)):
+            if r[i - 1] < level <= r[i]:
+                return float(g[i - 1] + (level - r[i - 1]) * (g[i] - g[i - 1]) / (r[i] - r[i - 1]))
+        return float("nan")
+
+    cb, cs = np.asarray(cos_big, float), np.asarray(cos_small, float)
+    est = onset(cb, cs)
+    ref = None if paired_with is None else tuple(np.asarray(x, float) for x in paired_with)
+    shift = float("nan") if ref is None else est - onset(*ref)
+    rng = np.random.default_rng(seed)
+    bo, bs = [], []
+    for _ in range(boot):
+        ib = rng.integers(0, cb.shape[1], size=cb.shape)        # per δ row: seed indices
+        is_ = rng.integers(0, cs.shape[1], size=cs.shape)
+        take = lambda a, i: np.take_along_axis(a, i, axis=1)
+        o = onset(take(cb, ib), take(cs, is_))
+        bo.append(o)
+        if ref is not None:
+            bs.append(o - onset(take(ref[0], ib), take(ref[1], is_)))
+    bo, bs = np.asarray(bo), np.asarray(bs)
+    se = lambda x: float(np.nanstd(x, ddof=1)) if np.isfinite(x).sum() >= 2 else float("nan")
+    return dict(onset=est, onset_stderr=se(bo), bootstrap_nan_fraction=float(np.mean(~np.isfinite(bo))), level=level,
+                ratio=fss_ratio(cb, cs).tolist(), shift=shift, shift_stderr=se(bs) if ref is not None else None)
 
 
 def accuracy_rows(S, theory, gd, alpha_opt):
@@ -129,25 +201,50 @@ def accuracy_rows(S, theory, gd, alpha_opt):
                         sim_stderr=gd[name]["delta_50_stderr"], d=G["d"], seeds=G["seeds"], tolerance="3 combined s.e.",
                         agree=bool(abs(last(th) - gd[name]["delta_50"]) < 3 * se)))
     ref = "gelu (α=0)"
-    if all(np.isfinite(gd[n]["delta_50"]) for n in (ref, "designed")):
-        gd_shift = gd["designed"]["delta_50"] - gd[ref]["delta_50"]
-        gd_se = float(np.hypot(gd["designed"]["delta_50_stderr"], gd[ref]["delta_50_stderr"]))
-        th_shift = last(theory["designed"]) - last(theory[ref])
-        th_se = float(np.hypot(theory["designed"]["delta_star_stderr"][-1], theory[ref]["delta_star_stderr"][-1]))
-        acc.append(dict(quantity="shift of the threshold, designed − GeLU(α=0): DMFT (theory) vs GD 50% points (simulation)",
-                        theory=th_shift, theory_stderr=th_se, simulation=gd_shift, sim_stderr=gd_se, d=G["d"], seeds=G["seeds"],
-                        tolerance="GD shift < 0 and within 3 combined s.e. of the DMFT shift",
-                        agree=bool(gd_shift < 0 and abs(gd_shift - th_shift) < 3 * np.hypot(th_se, gd_se))))
-    if all(n in gd for n in (ref, "designed")):
-        area, area_se = paired_gd_area(gd["designed"]["cos_final"], gd[ref]["cos_final"], G["grid"])
+    small = G.get("d_small")
+    t_last = f"δ*(t·η={D['times'][-1] * D['lr']:g})"
+    for cand in [c for c in ("designed", EVEN) if c in gd and theory.get(c) is not None]:
+        th_shift = last(theory[cand]) - last(theory[ref])
+        th_se = float(np.hypot(theory[cand]["delta_star_stderr"][-1], theory[ref]["delta_star_stderr"][-1]))
+        if all(np.isfinite(gd[n]["delta_50"]) for n in (ref, cand)):
+            gd_shift = gd[cand]["delta_50"] - gd[ref]["delta_50"]
+            gd_se = float(np.hypot(gd[cand]["delta_50_stderr"], gd[ref]["delta_50_stderr"]))
+            acc.append(dict(quantity=f"shift of the threshold, {cand} − GeLU(α=0): DMFT {t_last} (theory) vs GD 50% points "
+                                     "(simulation)",
+                            theory=th_shift, theory_stderr=th_se, simulation=gd_shift, sim_stderr=gd_se, d=G["d"],
+                            seeds=G["seeds"], tolerance="same sign as the DMFT shift and within 3 combined s.e. of it",
+                            agree=bool(np.sign(gd_shift) == np.sign(th_shift)
+                                       and abs(gd_shift - th_shift) < 3 * np.hypot(th_se, gd_se))))
+        area, area_se = paired_gd_area(gd[cand]["cos_final"], gd[ref]["cos_final"], G["grid"])
         cg = np.asarray(gd[ref]["cos_final_mean"])
-        th_shift = last(theory["designed"]) - last(theory[ref])
-        acc.append(dict(quantity="paired GD area between final-cos curves over δ, designed − GeLU(α=0) (simulation); "
+        acc.append(dict(quantity=f"paired GD area between final-cos curves over δ, {cand} − GeLU(α=0) (simulation); "
                                  "theory: −(DMFT shift) × jump height of the GeLU curve (same-shape curves assumed)",
                         theory=float(-th_shift * (cg[-1] - cg[0])), theory_stderr=None,
                         simulation=area, sim_stderr=area_se, d=G["d"], seeds=G["seeds"],
-                        tolerance="> 0 by 3 s.e. (designed curve left of GeLU's; same data and init per seed)",
-                        agree=bool(area > 3 * area_se)))
+                        tolerance="sign of the theory value, by 3 s.e. (same data and init per seed)",
+                        agree=bool(np.sign(area) == np.sign(-th_shift) and abs(area) > 3 * area_se)))
+        if not (small and "cos_final_small" in gd[cand] and "cos_final_small" in gd[ref]):
+            continue
+        args = lambda n: (gd[n]["cos_final"], gd[n]["cos_final_small"])
+        for n in ((ref, cand) if cand == "designed" else (cand,)):
+            o, th = fss_onset(G["grid"], *args(n), G["d"], small), theory[n]
+            se = float(np.hypot(th["delta_star_stderr"][-1], o["onset_stderr"]))
+            acc.append(dict(quantity=f"{n}: DMFT {t_last} (theory) vs GD onset by finite-size scaling "
+                                     f"(cos ratio d={G['d']}/{small} crosses {o['level']:.3f})",
+                            theory=last(th), theory_stderr=th["delta_star_stderr"][-1], simulation=_finite(o["onset"]),
+                            sim_stderr=_finite(o["onset_stderr"]), d=f"{G['d']} and {small}",
+                            seeds=f"{G['seeds']} and {G['seeds_small']}", tolerance="3 combined s.e. (bootstrap over seeds)",
+                            agree=bool(np.isfinite(o["onset"]) and abs(last(th) - o["onset"]) < 3 * se)))
+        pair = fss_onset(G["grid"], *args(cand), G["d"], small, paired_with=args(ref))
+        se = float(np.hypot(th_se, pair["shift_stderr"])) if np.isfinite(pair["shift_stderr"]) else float("nan")
+        acc.append(dict(quantity=f"shift of the onset, {cand} − GeLU(α=0): DMFT {t_last} (theory) vs GD finite-size-scaling "
+                                 "onsets (simulation; paired bootstrap)",
+                        theory=th_shift, theory_stderr=th_se, simulation=_finite(pair["shift"]),
+                        sim_stderr=_finite(pair["shift_stderr"]), d=f"{G['d']} and {small}",
+                        seeds=f"{G['seeds']} and {G['seeds_small']}",
+                        tolerance="same sign as the DMFT shift and within 3 combined s.e. of it",
+                        agree=bool(np.isfinite(pair["shift"]) and np.sign(pair["shift"]) == np.sign(th_shift)
+                                   and abs(pair["shift"] - th_shift) < 3 * se)))
     return acc
 
 
@@ -163,7 +260,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
              dmft=dict(lr=0.5, steps=40, times=[20, 40], paths=1024, repeats=4, key=11,
                        grid=[1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0]),
              gd=dict(d=1000, grid=[1.0, 1.5, 2.0, 2.5, 3.0, 4.0], seeds=8, lr=0.5, steps=1200, key=21, threshold=THRESHOLD,
-                     candidates=["gelu (plain)", "gelu (α=0)", "designed"]),
+                     candidates=["gelu (plain)", "gelu (α=0)", "designed", EVEN], d_small=300, seeds_small=16, key_small=22),
              target="y = z1 + z2^2 - 1 (z2 hard)", student="m=2, a=(1, 1/2) frozen, Q0=I, M0=0",
              design=("argmin over the α scan of the key-mean δ*(t) at the last time, among α whose outlier persists "
                      "(margin < 0 at every coarse-grid δ above the root, key 0): larger α (≥ 1) gives a window in δ "
@@ -171,7 +268,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     if quick:
         S["alphas"] = [0.0, 0.5]
         S["dmft"].update(paths=512, repeats=2, grid=[1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
-        S["gd"].update(d=300, grid=[1.5, 2.5, 3.5], seeds=4, steps=400, candidates=["gelu (α=0)", "designed"])
+        S["gd"].update(d=300, grid=[1.5, 2.5, 3.5], seeds=4, steps=400, candidates=["gelu (α=0)", "designed", EVEN], d_small=100,
+                       seeds_small=8)
     D, G = S["dmft"], S["gd"]
     t0 = time.perf_counter()
 
@@ -199,6 +297,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     alpha_opt = min(ok, key=lambda a: last(scan[a]))
     theory = {"gelu (α=0)": scan[0.0], "designed": scan[alpha_opt]}
     theory["gelu (plain)"] = dstar("gelu (plain)", 0.0) if not quick else None
+    theory[EVEN] = dstar(EVEN, 0.0)      # the counter-direction (DMFT: raises δ*(t))
+    print(f"   {EVEN}: δ*(t) = {np.round(theory[EVEN]['delta_star'], 3).tolist()}", flush=True)
     t_theory = time.perf_counter() - t0
 
     # the per-key implicit derivative at α = 0 next to the slope of the key-mean curve (why the
@@ -229,18 +329,32 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                         cos_final_stderr=(cf.std(1, ddof=1) / np.sqrt(cf.shape[1])).tolist(),
                         test_error_final=np.asarray(sc.test_curves)[:, -1].tolist(), wall_s=time.perf_counter() - t1)
         print(f"   GD {name}: success {sc.success.tolist()} -> 50% {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f}", flush=True)
+        gd[name].update(record_steps=sc.record_steps.tolist(),
+                        cos_median_curves=np.median(np.asarray(sc.cos_curves), axis=1).tolist())   # (δ, record)
+    # the same at a smaller d (finite-size scaling of the final cos: onset of learning without the
+    # plateau height; the same key for both activations: paired)
+    for name in [n for n in ("gelu (α=0)", "designed", EVEN) if n in G["candidates"]]:
+        t1 = time.perf_counter()
+        sc = success_curve(_problem(name, alpha_opt if name == "designed" else 0.0), G["d_small"], G["grid"], lr=G["lr"],
+                           steps=G["steps"], seeds=G["seeds_small"], threshold=THRESHOLD, key=jax.random.key(G["key_small"]))
+        gd[name]["cos_final_small"] = np.asarray(sc.cos_final).tolist()
+        gd[name]["wall_s_small"] = time.perf_counter() - t1
+        print(f"   GD {name} d={G['d_small']}: mean final cos {np.round(np.asarray(sc.cos_final).mean(1), 3).tolist()}", flush=True)
 
     acc = accuracy_rows(S, theory, gd, alpha_opt)
     perf = [dict(what=f"DMFT δ*(t) scan: {len(S['alphas'])} activations × {D['repeats']} keys × {D['paths']} paths",
                  value=t_theory, unit="s", ratio=None, note="incl. compilation")]
     perf += [dict(what=f"GD success curve {n} (d={G['d']}, {len(G['grid'])} δ × {G['seeds']} seeds × {G['steps']} steps)",
                   value=gd[n]["wall_s"], unit="s", ratio=None, note=jax.default_backend()) for n in gd]
+    perf += [dict(what=f"GD success curve {n} (d={G['d_small']}, {len(G['grid'])} δ × {G['seeds_small']} seeds × {G['steps']} steps)",
+                  value=gd[n]["wall_s_small"], unit="s", ratio=None, note=jax.default_backend()) for n in gd if "wall_s_small" in gd[n]]
 
-    fig, ax = plt.subplots(1, 3, figsize=(14, 4))
+    fig, ax = plt.subplots(1, 4, figsize=(18, 4))
     r = jnp.linspace(-4, 4, 200)
     ax[0].plot(r, fam.Combination([0.0, 0.0, 0.0, 1.0])(r), "k:", label="GeLU (plain)")
     for a in (0.0, alpha_opt):
         ax[0].plot(r, fam.Combination([a, 0.0, 0.0, 1.0], normalize=True)(r), label=f"(GeLU + {a} r)/‖·‖")
+    ax[0].plot(r, _problem(EVEN, 0.0).student.activation(r), label=f"(GeLU + {EVEN_BETA:g} log cosh)/‖·‖")
     ax[0].set_xlabel("r")
     ax[0].set_ylabel("σ(r)")
     ax[0].legend(fontsize=8)
@@ -259,6 +373,17 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     ax[2].set_xlabel("δ")
     ax[2].set_ylabel("final hard cos (mean ± s.e.); dashed: DMFT δ*(t)")
     ax[2].legend(fontsize=7)
+    level = (G["d_small"] / G["d"]) ** 0.25
+    for i, name in enumerate(G["candidates"]):
+        if "cos_final_small" in gd[name]:
+            ax[3].plot(G["grid"], fss_ratio(gd[name]["cos_final"], gd[name]["cos_final_small"]), "o-", color=f"C{i}", label=name)
+            if theory.get(name) is not None:
+                ax[3].axvline(last(theory[name]), color=f"C{i}", ls="--", lw=1)
+    for v, lab in ((level**2, "below: √(d_s/d)"), (level, "onset level"), (1.0, "above: 1")):
+        ax[3].axhline(v, color="gray", lw=0.6, ls=":" if lab != "onset level" else "-")
+    ax[3].set_xlabel("δ")
+    ax[3].set_ylabel(f"mean final cos, d={G['d']} / d={G['d_small']}")
+    ax[3].legend(fontsize=7)
     fig.suptitle("designed activation vs GeLU: staircase, pseudo-Huber, ridge 0.2, negative-outlier criterion", fontsize=9)
     fig.tight_layout()
     fig.savefig(pathlib.Path(outdir) / f"{NAME}.png", dpi=100)

@@ -171,6 +171,33 @@ def test_design_gd_weak_recovery_and_threshold_rule():
     assert area == pytest.approx(0.45) and se == 0.0
 
 
+def test_fss_onset_finds_the_scaling_change():
+    """Finite-size-scaling onset: sub-threshold cos ∝ d^{-1/2} (ratio √(d_s/d)), above it the same
+    plateau at both d (ratio 1), whatever the plateau height; the onset lies in the bracketing grid
+    interval, the paired shift of a curve moved right by one grid step is +0.5, and no crossing → nan."""
+    from benchmarks.bench_design_gd import fss_onset
+
+    grid, db, ds = [1.0, 1.5, 2.0, 2.5, 3.0], 1000, 300
+    rng = np.random.default_rng(1)
+
+    def curves(onset, plateau, seeds):
+        out = {}
+        for d in (db, ds):
+            mean = [plateau if g > onset else 2.0 / np.sqrt(d) for g in grid]
+            out[d] = np.abs(np.array(mean)[:, None] * (1 + 0.05 * rng.standard_normal((len(grid), seeds))))
+        return out[db], out[ds]
+
+    a, b = curves(1.75, 0.6, 8), curves(2.25, 0.2, 8)      # b: later onset, much lower plateau
+    oa, ob = fss_onset(grid, *a, db, ds), fss_onset(grid, *b, db, ds)
+    assert oa["level"] == pytest.approx((ds / db) ** 0.25)
+    assert 1.5 < oa["onset"] < 2.0 and 2.0 < ob["onset"] < 2.5
+    assert 0 < oa["onset_stderr"] < 0.1
+    pair = fss_onset(grid, *b, db, ds, paired_with=a)
+    assert pair["shift"] == pytest.approx(ob["onset"] - oa["onset"]) and pair["shift"] == pytest.approx(0.5, abs=0.05)
+    flat = curves(9.0, 0.6, 8)
+    assert np.isnan(fss_onset(grid, *flat, db, ds)["onset"])
+
+
 def test_committed_design_gd_is_consistent():
     """The committed design-vs-GeLU GD check: the designed α is the argmin of the key-mean δ*(t)
     among persistent thresholds, and the paired DMFT difference in its row is recomputed from the
@@ -188,3 +215,29 @@ def test_committed_design_gd_is_consistent():
 
     again = accuracy_rows(res["setting"], dg["theory"], dg["gd"], dg["alpha_opt"])
     assert json.loads(json.dumps(again)) == res["accuracy"]
+
+
+def test_committed_escape_dmft_is_consistent():
+    """The committed seeded-DMFT-vs-GD escape benchmark: the DMFT value of each row is the mean over
+    exactly the draws whose solve finished (failed draws are excluded and named in the row, never
+    averaged in), the GD value is the mean of the stored per-seed curve, and each agree flag follows
+    from the stated 3-s.e. rule."""
+    res = _load("escape_dmft")
+    diag = res["diagnostics"]
+    assert set(diag) == set(res["setting"]["candidates"])
+    for row in res["accuracy"]:
+        name = row["quantity"].split(":")[0]
+        v = diag[name]
+        failed = [s["failed_step"] for s in v["solver"] if s["failed_step"] >= 0]
+        assert v["draws_failed"] == failed and v["draws_used"] == len(v["solver"]) - len(failed)
+        assert all(str(f) in row["tolerance"] for f in failed)
+        cos = np.asarray(v["dmft_cos"], float)[[s["failed_step"] < 0 for s in v["solver"]]]
+        assert np.all(np.isfinite(cos))
+        assert row["theory"] == pytest.approx(cos[:, -1].mean(), abs=1e-12)
+        assert row["theory_stderr"] == pytest.approx(cos[:, -1].std(ddof=1) / np.sqrt(len(cos)), abs=1e-12)
+        assert row["simulation"] == pytest.approx(v["gd_cos_mean"][-1], abs=1e-6)
+        se = np.hypot(row["theory_stderr"], row["sim_stderr"])
+        assert row["agree"] == bool(abs(row["theory"] - row["simulation"]) < 3 * se)
+    from benchmarks.bench_escape_dmft import accuracy_rows
+
+    assert json.loads(json.dumps(accuracy_rows(res["setting"], diag))) == res["accuracy"]
