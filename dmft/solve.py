@@ -488,6 +488,7 @@ def solve(
     save_samples_at: tuple = (),
     throw: bool = True,
     check_inputs: bool = True,
+    chol_jitter: float = None,
 ) -> Trajectory:
     """Solve the discrete-time DMFT of full-batch GD for ``steps`` steps (THEORY §1).
 
@@ -497,7 +498,9 @@ def solve(
     does this and checks the results). ``paths`` Monte Carlo paths (static) give errors
     ``O(paths^-1/2)``. ``save_samples_at``: steps whose effective-process samples
     ``(z, y, eps, r^t)`` are returned in ``.samples``. With ``throw=True`` (default)
-    non-finite kernels raise :class:`DMFTError` naming the first bad step.
+    non-finite kernels raise :class:`DMFTError` naming the first bad step. ``chol_jitter``: relative
+    jitter of the innovation blocks of the block-Cholesky factor of ``C_θ`` (default: the module
+    constant ``CHOL_JITTER`` = 1e-13; docs/dmft.md, "Conditioning at late times").
     """
     hard = problem.teacher.hard_coordinates()
     save_at = tuple(sorted(int(t) for t in save_samples_at))
@@ -506,7 +509,9 @@ def solve(
         check_finite_maps(problem)
     # δ and lr as arrays: traced, so new values never recompile
     delta_a, lr_a = jnp.asarray(delta, dtype=float), jnp.asarray(lr, dtype=float)
-    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at)
+    # the jitter is passed as a static argument (read now, not at trace time), so changing
+    # CHOL_JITTER between calls recompiles instead of silently reusing the cached program
+    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, _jitter(chol_jitter))
     setting = dict(
         delta=_maybe_float(delta), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
         antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
@@ -543,7 +548,8 @@ def raise_if_failed(traj: Trajectory):
         if fs >= 0:
             raise DMFTError(
                 f"DMFT kernels became non-finite at step {int(fs)} (overflow or NaN in g, Γ, C_g or "
-                "C_θ): reduce lr, check the loss/activation growth, or shorten steps."
+                "C_θ): reduce lr, check the loss/activation growth, or shorten steps; at long horizons with a "
+                "converged first phase pass chol_jitter=1e-8 (docs/dmft.md, 'Conditioning at late times')."
             )
     else:
         bad = np.argwhere(fs >= 0)
@@ -555,7 +561,8 @@ def raise_if_failed(traj: Trajectory):
             )
 
 
-def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, save_samples_at=(), throw=True):
+def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, save_samples_at=(), throw=True,
+                chol_jitter: float = None):
     """δ sweep with common random numbers: one compilation, ``vmap`` over ``deltas``
     (and over ``lr`` if it has the same leading length). Results have a leading δ axis."""
     hard = problem.teacher.hard_coordinates()
@@ -567,7 +574,9 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
     # lr swept alongside δ when it has a leading axis of len(deltas) (scalar per point, or a
     # (len(deltas), steps) schedule); a plain scalar or a (steps,) schedule is shared.
     lr_axis = 0 if (lr_arr.ndim == 2 or (lr_arr.ndim == 1 and lr_arr.shape != (steps,))) else None
-    fn = jax.vmap(lambda d, e: _solve_core(problem, d, e, key, int(steps), int(paths), hard, save_at), in_axes=(0, lr_axis))
+    jit_ = _jitter(chol_jitter)  # static, read now (see solve)
+    fn = jax.vmap(lambda d, e: _solve_core(problem, d, e, key, int(steps), int(paths), hard, save_at, jit_),
+                  in_axes=(0, lr_axis))
     traj = fn(deltas, lr_arr)
     setting = dict(deltas=np.asarray(deltas).tolist(), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
                    antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
@@ -577,6 +586,19 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
         raise_if_failed(traj)
     warn_if_unstable(traj)
     return traj
+
+
+
+def _jitter(chol_jitter):
+    """The jitter for this call: the argument, else the module constant read now (static)."""
+    j = CHOL_JITTER if chol_jitter is None else chol_jitter
+    try:
+        j = float(j)
+    except (TypeError, ValueError):
+        raise DMFTError(f"chol_jitter must be a float in [0, 1e-2]; got {chol_jitter!r}.") from None
+    if not (0.0 <= j <= 1e-2):
+        raise DMFTError(f"chol_jitter must be in [0, 1e-2] (relative to tr C_θ(t,t)/m; default 1e-13); got {j!r}.")
+    return j
 
 
 def _maybe_float(x):

@@ -126,3 +126,29 @@ def test_gamma_adjoint_equals_forward_jacobian_recursion():
         ref = np.einsum("nij,nsjk->sik", G[:, t], P[:, t]) / 1.0
         got = np.asarray(_gamma_row(t, jnp.asarray(G), jnp.asarray(R), jnp.asarray(eta), delta, block=4))
         np.testing.assert_allclose(got[: t + 1], ref[: t + 1], rtol=1e-10, atol=1e-12)
+
+
+def test_chol_jitter_is_read_at_call_time():
+    """``dmft.solve.CHOL_JITTER`` reaches the compiled program on every call (a static argument),
+    not only at the first trace: changing it changes the result, restoring it restores the result
+    bit for bit (it was silently ignored after the first compilation before)."""
+    import sys
+
+    S = sys.modules["dmft.solve"]   # the module (``dmft.solve`` the attribute is the function)
+
+    prob = phase_retrieval(width=2)
+    run = lambda: np.asarray(dmft.solve(prob, delta=2.0, lr=0.1, steps=6, paths=64, key=jax.random.key(0)).train_error)
+    base = run()
+    old = S.CHOL_JITTER
+    try:
+        S.CHOL_JITTER = 1e-2
+        big = run()
+    finally:
+        S.CHOL_JITTER = old
+    assert np.max(np.abs(big - base)) > 1e-6
+    np.testing.assert_array_equal(run(), base)
+    kw = np.asarray(dmft.solve(prob, delta=2.0, lr=0.1, steps=6, paths=64, key=jax.random.key(0),
+                               chol_jitter=1e-2).train_error)
+    np.testing.assert_array_equal(kw, big)                     # the keyword is the same knob
+    with pytest.raises(dmft.DMFTError, match="chol_jitter"):
+        dmft.solve(prob, delta=2.0, lr=0.1, steps=6, paths=64, key=jax.random.key(0), chol_jitter=0.5)
