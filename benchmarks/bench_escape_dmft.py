@@ -46,8 +46,10 @@ def _candidate(name):
     return _problem(name, 0.75 if name.startswith("designed") else 0.0)
 
 
-def _seeded(problem, eps, signs):
-    M0 = jnp.zeros((problem.k, problem.m)).at[1].set(eps * jnp.asarray(signs, float))
+def _seeded(problem, eps, hard_row):
+    """The problem with M^0's hard row set to ``eps · hard_row`` (the other rows 0)."""
+    (h,) = problem.teacher.hard_coordinates()
+    M0 = jnp.zeros((problem.k, problem.m)).at[h].set(eps * jnp.asarray(hard_row, float))
     return eqx.tree_at(lambda p: p.init.overlap, problem, M0)
 
 
@@ -126,6 +128,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     res = {}
     for name in S["candidates"]:
         P = _candidate(name)
+        hard = tuple(P.teacher.hard_coordinates())
         t0 = time.perf_counter()
         cos = np.zeros((D["draws"], D["steps"] + 1))
         diag = []
@@ -134,14 +137,14 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
             tr = dmft.solve(_seeded(P, eps, g), delta=S["delta"], lr=S["lr"], steps=D["steps"], paths=D["paths"],
                             key=jax.random.fold_in(jax.random.key(D["key"]), r), throw=False,
                             chol_jitter=D["chol_jitter"])
-            cos[r] = np.asarray(hard_cosine(tr.overlap, tr.gram, (1,)))
+            cos[r] = np.asarray(hard_cosine(tr.overlap, tr.gram, hard))
             diag.append(dict(init_hard_row=g.tolist(), failed_step=int(tr.failed_step), min_schur=float(tr.min_schur),
                              max_unstable_fraction=float(np.max(np.asarray(tr.unstable_fraction)))))
         t_dmft = time.perf_counter() - t0
         t0 = time.perf_counter()
         sim = dmft.simulate(P, d=G["d"], delta=S["delta"], lr=S["lr"], steps=G["steps"], seeds=G["seeds"],
                             key=jax.random.key(G["key"]), random_overlap=True)
-        gcos = np.asarray(hard_cosine(sim.overlap_seeds, sim.gram_seeds, (1,)))          # (seeds, steps+1)
+        gcos = np.asarray(hard_cosine(sim.overlap_seeds, sim.gram_seeds, hard))          # (seeds, steps+1)
         t_gd = time.perf_counter() - t0
         res[name] = dict(dmft_cos=cos.tolist(), **dmft_summary(cos, diag),
                          gd_cos_mean=gcos.mean(0).tolist(), gd_cos_median=np.median(gcos, 0).tolist(),

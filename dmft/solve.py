@@ -227,7 +227,7 @@ def _sqrt_factor_jvp(primals, tangents):
 
 @eqx.filter_jit
 def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: tuple, save_at: tuple,
-                chol_jitter: float = None):
+                chol_jitter: float):
     m, k = problem.m, problem.k
     T = steps
     n_hard = len(hard)
@@ -295,7 +295,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         schur = C[t, t] - jnp.einsum("sij,skj->ik", row, row)
         schur = 0.5 * (schur + schur.T)
         min_schur = jnp.minimum(carry["min_schur"], jnp.linalg.eigvalsh(schur)[0])
-        jitter = (CHOL_JITTER if chol_jitter is None else chol_jitter) * (jnp.trace(C[t, t]) / m) + 1e-300
+        jitter = chol_jitter * (jnp.trace(C[t, t]) / m) + 1e-300   # static: callers resolve it (_jitter)
         Ltt = jnp.linalg.cholesky(_psd_part(schur) + jitter * eye)
         row = row.at[t].set(Ltt)
         L = L.at[t].set(row)
