@@ -54,7 +54,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         S.update(steps=32, paths=256, keys=[0, 1], grid=[2.0, 3.0, 4.0, 6.0, 9.0, 15.0])
     S["times"] = [S["steps"] // 8, S["steps"] // 4, S["steps"] // 2, 3 * S["steps"] // 4, S["steps"]]
     if tiny:
-        S["times"] = [S["steps"] // 4, S["steps"] // 2, S["steps"]]
+        S["times"] = [S["steps"] // 2, S["steps"]]
     setting = dict(S, problem="phase retrieval y=z^2, m=4, a=1/4 frozen, Q0=I, square loss, ridge 0",
                    convention="finite-n (D truncated at its 1-1/n quantile, n=δd)",
                    caveat=("the truncation only resolves n when paths >> n; with paths < n no sample is removed and "

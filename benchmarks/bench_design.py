@@ -58,7 +58,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
 
     quick = mode == "quick"
     S = dict(family=FAMILY, start=[0.0, 1.0, 0.0, 0.0], loss="pseudo-Huber 1", ridge=0.3, level="edge (separation)",
-             paths=512 if quick else 1024, design_keys=2, eval_keys=2 if quick else 6, steps=3 if quick else 10,
+             paths=512 if quick else 1024, design_keys=2, eval_keys=2 if quick else 6, steps=2 if quick else 10,
              learning_rate=0.05, optimizer="adam", warmup=dict(lr=0.5, steps=80), delta0=1.3,
              key_design=100, key_eval=200, target="y = z1 + z2^2 - 1 (z2 hard)", student="m=2, a=(1, 1/2) frozen",
              claim="designed < start by > 3 s.e. of the paired difference over eval keys")
@@ -71,7 +71,10 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     t_design = time.perf_counter() - t0
     c_opt = np.asarray(res.params["c"]).tolist()
     eval_keys = [jax.random.fold_in(jax.random.key(S["key_eval"]), i) for i in range(S["eval_keys"])]
-    cands = dict(REFERENCES, designed=c_opt)
+    # quick: no GeLU reference (its separation threshold does not converge at these sizes, in the
+    # standard run either: it never gave a row, and each failed solve runs to max_iters)
+    refs = {k: v for k, v in REFERENCES.items() if not (quick and k == "gelu")}
+    cands = dict(refs, designed=c_opt)
     evals = {name: _evaluate(fn, c, eval_keys, S["paths"], warm,
                              res.delta_nn if name == "designed" else DELTA0.get(name, S["delta0"]))
              for name, c in cands.items()}
@@ -97,8 +100,11 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                     d="inf (stationary DMFT)", seeds=int(good.sum()), paired_difference=dm, paired_stderr=dse,
                     tolerance="improvement if paired difference < -3 s.e.",
                     agree=bool(dm is not None and dm < -3 * dse)))
-    mg, sg = stats("gelu")
-    if mg is not None and mo is not None:
+    mg, sg = stats("gelu") if "gelu" in evals else (None, None)
+    if "gelu" not in evals:
+        diag["gelu_note"] = ("quick: GeLU reference not evaluated (no converged separation threshold at these sizes; "
+                             "see the standard run)")
+    elif mg is not None and mo is not None:
         acc.append(dict(quantity=f"δ_NN designed {FAMILY} (theory) vs GeLU (simulation column), fresh keys, separation",
                         theory=mo, theory_stderr=so, simulation=mg, sim_stderr=sg, d="inf (stationary DMFT)",
                         seeds=len(eval_keys), tolerance="lower than GeLU by > 3 combined s.e.",

@@ -199,7 +199,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     if tiny:
         ds = [250, 500, 1000]
     P = tanh_problem()
-    ref_paths = 50_000 if tiny else 200_000
+    ref_paths = 20_000 if tiny else 200_000
     ref_tr = dmft.solve(P, delta=2.0, lr=0.2, steps=40, paths=ref_paths, key=jax.random.key(21))
     Mref = float(ref_tr.overlap[-1, 0, 0])
     disc, discse = [], []

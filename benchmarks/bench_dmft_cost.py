@@ -36,7 +36,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
 
     S = dict(delta=3.0, lr=0.1, paths=20_000, Ts=[25, 50, 100], ds=[1000, 2000, 4000], seeds=4)
     if tiny:
-        S.update(Ts=[25, 50], ds=[1000, 2000])
+        S.update(Ts=[25, 50], ds=[500, 1000], paths=10_000)
     if not quick:
         S.update(paths=100_000, Ts=[25, 50, 100, 200], ds=[1000, 4000, 16000], seeds=8)
     P = easy_hard_problem()

@@ -97,7 +97,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                     seeds, 0.03 * float(out.cosine2)))
 
     # ---- speed: 512 λ, m = 4, one vmapped compile -----------------------------------------
-    Ns, nl = (2_000, 128) if quick else (100_000, 512)
+    Ns, nl = (1_000, 64) if tiny else (2_000, 128) if quick else (100_000, 512)
     A = jax.random.normal(jax.random.key(11), (Ns, 4, 4)) / 2.0
     law4 = spectral.law_from_samples(jnp.tanh(A + jnp.swapaxes(A, 1, 2)), unbounded=())
     lam = jnp.linspace(-3.0, 3.0, nl)

@@ -59,7 +59,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     S = dict(toy=dict(delta=6.0, law_samples=50_000, keys=6, ds=[1000, 2000, 4000], seeds=4),
              dmft=dict(delta=8.0, lr=0.01, steps=40, paths=50_000, keys=4, ds=[1000, 2000, 4000], seeds=4))
     if tiny:
-        S["toy"].update(law_samples=20_000, keys=3, ds=[500, 1000, 2000], seeds=2)
+        S["toy"].update(law_samples=20_000, keys=3, ds=[500, 1000], seeds=2)
         S["dmft"].update(paths=10_000, keys=2, ds=[500, 1000], seeds=2)
     if not quick:
         S["toy"].update(ds=[1000, 2000, 4000, 8000], seeds=8)

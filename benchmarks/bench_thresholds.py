@@ -44,7 +44,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                  dmft=dict(steps=100, paths=16384, times=(25, 50, 75, 100), grid=[1.5, 2.5, 3.5, 5.0, 7.0, 10.0, 14.0]))
     if tiny:
         S.update(ds=[100], deltas=[2.0, 3.5, 5.0], steps=800,
-                 dmft=dict(steps=30, paths=512, times=(15, 30), grid=[1.5, 2.5, 3.5, 5.0, 7.0, 10.0]))
+                 dmft=dict(steps=30, paths=512, times=(30,), grid=[1.5, 2.5, 3.5, 5.0, 7.0, 10.0]))
     setting = dict(S, problem="phase retrieval y=z^2, width m=4, a=1/m trained (same step), Q0=I, square loss, GD lr=0.1",
                    success="final hard-subspace cos ||Θ*ᵀW||_F/||W||_F > 0.5", convention="finite-n (D truncated at 1-1/n, n=δd)")
     acc, perf = [], []

@@ -56,8 +56,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     import matplotlib.pyplot as plt
 
     quick = mode == "quick"
-    S = dict(paths=1024 if quick else 2048, warmup_paths=1024 if quick else 2048, repeats=2 if quick else 4,
-             refine=4 if quick else 5, settings=SETTINGS[:1] if quick else SETTINGS, key=0, residual_tol=RESIDUAL_TOL,
+    S = dict(paths=512 if quick else 2048, warmup_paths=512 if quick else 2048, repeats=2 if quick else 4,
+             refine=3 if quick else 5, settings=SETTINGS[:1] if quick else SETTINGS, key=0, residual_tol=RESIDUAL_TOL,
              target="y = z1 + z2^2 - 1 (z2 hard)", student="m=2, a=(1, 1/2) frozen, Q0=I, M0=0", loss="Huber width 1",
              convention="strict (D bounded)", agreement="|a - b| <= 3 sqrt(se_a^2 + se_b^2)")
     acc, perf, diag = [], [], {}
