@@ -74,6 +74,10 @@ class Trajectory(eqx.Module):
     which finite-n GD never draws; reduce ``lr`` (a warning is issued).
     ``min_schur``: smallest eigenvalue of the conditional covariance of ``ω^t`` (clipped
     at 0 when negative by round-off; near 0 means the dynamics has frozen).
+    ``factor_residual[t]``: ``max_{s≤t} |C_θ(t,s) − Σ_s' L(t,s') L(s,s')ᵀ|`` relative to
+    ``tr C_θ(t,t)/m`` — how faithfully the factor that builds the fields ``ω`` reproduces ``C_θ``
+    (≈ the jitter while the factor is accurate; rounding amplified through near-zero
+    innovations shows here before the kernels overflow).
     """
 
     train_error: jax.Array
@@ -90,6 +94,7 @@ class Trajectory(eqx.Module):
     min_schur: jax.Array
     max_step_curvature: jax.Array
     unstable_fraction: jax.Array
+    factor_residual: jax.Array
     setting: Optional[dict] = None
 
     @property
@@ -173,12 +178,14 @@ def _group_mean(x, n_hard):
 
 
 # Relative jitter added to the innovation block of the block-Cholesky factor of C_θ. Where the
-# first phase converges the innovations (Schur complements) fall to rounding level and the
-# recursive triangular solves amplify rounding: measured (GeLU staircase, pseudo-Huber, η=0.5,
-# 80 steps, 1024 paths) a δ change of 1e-10 moves the train error at t=80 by 7e-7 with 1e-13,
-# 8e-9 with 1e-10, 6e-11 with 1e-8, and the value itself by ~6e-4 between 1e-13 and 1e-10
-# (below the Monte Carlo s.e. ~1e-2). The default is kept for the committed results;
-# spectral.threshold_gradient's dynamic route uses 1e-8 (smooth in δ and θ).
+# first phase freezes the innovations (Schur complements) fall to rounding level. The factor stays
+# exact for the jittered covariance (Trajectory.factor_residual = the jitter); changing the jitter
+# re-assigns the near-zero innovation directions to other ξ's, i.e. re-draws part of the Monte Carlo
+# sample without bias (benchmarks/results/field_factor.json: paired differences over keys have mean
+# 0 within s.e.). At long horizons (t·η ≳ 100) rounding can compound through hundreds of near-zero
+# blocks with 1e-13 (a measured blow-up at step 556; the residual flags it, `solve` warns/raises);
+# 1e-8 does not. The default is kept for the committed results; spectral.threshold_gradient's
+# dynamic route uses 1e-8 (smooth in δ and θ). docs/dmft.md, "Conditioning at late times".
 CHOL_JITTER = 1e-13
 
 
@@ -271,6 +278,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         failed=jnp.array(-1),
         step_curv=jnp.zeros((Tp,), dt),
         unstable=jnp.zeros((Tp,), dt),
+        resid=jnp.zeros((Tp,), dt),
         hard_zero=jnp.zeros((k,), bool).at[jnp.array(hard, dtype=int)].set(True) if hard else jnp.zeros((k,), bool),
         min_schur=jnp.array(jnp.inf, dt),
     )
@@ -290,7 +298,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         C, R, Cg, Gam, L = carry["C"], carry["R"], carry["Cg"], carry["Gam"], carry["L"]
         M_t, a_t = carry["M"][t], carry["a"][t]
 
-        # ---- ω^t: extend the block-Cholesky factor of C_θ by row t -------------------
+        # ---- ω^t: extend the block factor of C_θ by row t -----------------------------
         row = block_row_solve(L, C[t], t)
         schur = C[t, t] - jnp.einsum("sij,skj->ik", row, row)
         schur = 0.5 * (schur + schur.T)
@@ -299,6 +307,10 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         Ltt = jnp.linalg.cholesky(_psd_part(schur) + jitter * eye)
         row = row.at[t].set(Ltt)
         L = L.at[t].set(row)
+        # how faithfully the factor reproduces C_θ: max_s≤t |C(t,s) − Σ_s' L(t,s') L(s,s')ᵀ| / (tr C(t,t)/m)
+        recon = jnp.einsum("pij,spkj->sik", row, L)
+        resid = jnp.where((tidx <= t)[:, None, None], jnp.abs(C[t] - recon), 0.0)
+        factor_residual = jnp.max(resid) / (jnp.trace(C[t, t]) / m + 1e-300)
         xi_t = expand(jax.random.normal(jax.random.fold_in(kxi, t), (Nb, m), dt))
         xi = carry["xi"].at[:, t].set(xi_t)
         omega = jnp.einsum("sij,nsj->ni", row, xi)
@@ -394,6 +406,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
             failed=failed,
             step_curv=carry["step_curv"].at[t].set(jnp.max(curv)),
             unstable=carry["unstable"].at[t].set(jnp.mean(curv > 2.0)),
+            resid=carry["resid"].at[t].set(factor_residual),
             hard_zero=hard_zero,
             min_schur=min_schur,
         )
@@ -421,6 +434,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         min_schur=out["min_schur"],
         max_step_curvature=out["step_curv"],
         unstable_fraction=out["unstable"],
+        factor_residual=out["resid"],
     )
 
 
@@ -511,16 +525,46 @@ def solve(
     delta_a, lr_a = jnp.asarray(delta, dtype=float), jnp.asarray(lr, dtype=float)
     # the jitter is passed as a static argument (read now, not at trace time), so changing
     # CHOL_JITTER between calls recompiles instead of silently reusing the cached program
-    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, _jitter(chol_jitter))
+    jit_ = _jitter(chol_jitter)
+    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, jit_)
     setting = dict(
         delta=_maybe_float(delta), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
         antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
+        field_factor="block-cholesky", chol_jitter=jit_,
     )
     traj = dataclasses.replace(traj, setting=setting)
     if throw:
         raise_if_failed(traj)
     warn_if_unstable(traj)
+    warn_if_unfaithful(traj)
     return traj
+
+
+def _factor_breakdown(traj: Trajectory):
+    """First step where the field factor stops reproducing C_θ (residual above 10× its own jitter
+    + 1e-10, or non-finite), with the residual there; None if it never does (or inside jit)."""
+    if isinstance(traj.factor_residual, Tracer):
+        return None
+    fr = np.asarray(traj.factor_residual).reshape(-1, np.shape(traj.factor_residual)[-1])
+    jit = float((traj.setting or {}).get("chol_jitter", CHOL_JITTER))
+    bad = ~(fr <= 10 * jit + 1e-10)
+    if not bad.any():
+        return None
+    i, t = np.argwhere(bad)[np.argmin(np.argwhere(bad)[:, 1])]
+    return int(t), float(fr[i, t])
+
+
+def warn_if_unfaithful(traj: Trajectory):
+    import warnings
+
+    b = _factor_breakdown(traj)
+    fs = None if isinstance(traj.failed_step, Tracer) else np.asarray(traj.failed_step)
+    if b is not None and not (fs is not None and np.any((fs >= 0) & (fs <= b[0]))):
+        warnings.warn(
+            f"DMFT: from step {b[0]} the factor that builds the Gaussian fields no longer reproduces C_θ "
+            f"(factor_residual {b[1]:.3g}, relative): rounding amplified through near-zero innovations of a "
+            "frozen first phase; values from there on are unreliable. Pass chol_jitter=1e-8 "
+            "(docs/dmft.md, 'Conditioning at late times').", RuntimeWarning, stacklevel=3)
 
 
 def warn_if_unstable(traj: Trajectory):
@@ -546,10 +590,15 @@ def raise_if_failed(traj: Trajectory):
     fs = np.asarray(traj.failed_step)
     if fs.ndim == 0:
         if fs >= 0:
+            b = _factor_breakdown(traj)
+            why = (f" The field factor stopped reproducing C_θ at step {b[0]} (factor_residual {b[1]:.3g}): "
+                   "rounding amplified through near-zero innovations; pass chol_jitter=1e-8 "
+                   "(docs/dmft.md, 'Conditioning at late times')." if b is not None and b[0] < fs else
+                   " At long horizons with a converged first phase pass chol_jitter=1e-8 (docs/dmft.md, "
+                   "'Conditioning at late times').")
             raise DMFTError(
                 f"DMFT kernels became non-finite at step {int(fs)} (overflow or NaN in g, Γ, C_g or "
-                "C_θ): reduce lr, check the loss/activation growth, or shorten steps; at long horizons with a "
-                "converged first phase pass chol_jitter=1e-8 (docs/dmft.md, 'Conditioning at late times')."
+                "C_θ): reduce lr, check the loss/activation growth, or shorten steps." + why
             )
     else:
         bad = np.argwhere(fs >= 0)
@@ -580,11 +629,12 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
     traj = fn(deltas, lr_arr)
     setting = dict(deltas=np.asarray(deltas).tolist(), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
                    antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
-                   common_random_numbers=True)
+                   common_random_numbers=True, field_factor="block-cholesky", chol_jitter=jit_)
     traj = dataclasses.replace(traj, setting=setting)
     if throw:
         raise_if_failed(traj)
     warn_if_unstable(traj)
+    warn_if_unfaithful(traj)
     return traj
 
 

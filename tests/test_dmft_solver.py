@@ -152,3 +152,31 @@ def test_chol_jitter_is_read_at_call_time():
     np.testing.assert_array_equal(kw, big)                     # the keyword is the same knob
     with pytest.raises(dmft.DMFTError, match="chol_jitter"):
         dmft.solve(prob, delta=2.0, lr=0.1, steps=6, paths=64, key=jax.random.key(0), chol_jitter=0.5)
+
+
+def test_factor_residual_is_the_jitter_and_breakdowns_are_reported():
+    """The block-Cholesky factor that builds the fields ω reproduces C_θ: the in-solver residual
+    max_s |C_θ(t,s) − Σ L(t,s')L(s,s')ᵀ| (relative) equals the relative jitter on the diagonal and
+    nothing else (a wrong transpose or a stale row would make it O(1)). A residual far above
+    the jitter is reported as a warning naming the step and the fix."""
+    import dataclasses
+    import sys
+    import warnings
+
+    from dmft.activations import gelu
+
+    S = sys.modules["dmft.solve"]
+
+    prob = phase_retrieval(width=2, act=gelu)
+    kw = dict(delta=2.0, lr=0.1, steps=30, paths=128, key=jax.random.key(0))
+    for j in (1e-13, 1e-8):
+        tr = dmft.solve(prob, chol_jitter=j, **kw)
+        fr = np.asarray(tr.factor_residual)
+        assert tr.setting["chol_jitter"] == j and tr.setting["field_factor"] == "block-cholesky"
+        assert np.all(fr <= 1.05 * j + 1e-15) and np.max(fr) >= 0.95 * j, (j, fr)
+    bad = dataclasses.replace(tr, factor_residual=tr.factor_residual.at[17:].set(1e-3))
+    with pytest.warns(RuntimeWarning, match="from step 17 .*chol_jitter=1e-8"):
+        S.warn_if_unfaithful(bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        S.warn_if_unfaithful(tr)   # healthy: silent
