@@ -603,10 +603,13 @@ def raise_if_failed(traj: Trajectory):
     else:
         bad = np.argwhere(fs >= 0)
         if bad.size:
-            i = tuple(bad[0])
+            i = tuple(int(x) for x in bad[0])
+            b = _factor_breakdown(traj)
+            why = (f" The field factor stopped reproducing C_θ first at step {b[0]} (factor_residual {b[1]:.3g}); "
+                   "pass chol_jitter=1e-8 (docs/dmft.md, 'Conditioning at late times')." if b is not None else "")
             raise DMFTError(
                 f"DMFT kernels became non-finite for sweep point {i} at step {int(fs[i])}; "
-                "reduce lr or check the loss/activation growth."
+                "reduce lr or check the loss/activation growth." + why
             )
 
 
