@@ -241,3 +241,26 @@ def test_committed_escape_dmft_is_consistent():
     from benchmarks.bench_escape_dmft import accuracy_rows
 
     assert json.loads(json.dumps(accuracy_rows(res["setting"], diag))) == res["accuracy"]
+
+
+def test_committed_success_bounded_is_consistent():
+    """The committed GD success curves of the bounded staircase: each row's success fraction and 50%
+    point follow from the stored per-seed final cos, and the accuracy rows (per-d 50% point, FSS onsets,
+    1/√d extrapolation vs the DMFT δ*(t)) are recomputed from the stored data exactly."""
+    res = _load("success_bounded")
+    S, data = res["setting"], res["data"]
+    from benchmarks.bench_success_bounded import accuracy_rows
+    from dmft.success import fifty_percent_point
+
+    for r in data["rows"]:
+        cf = np.asarray(r["cos_final"])
+        assert cf.shape == (len(S["grid"]), S["seeds"])
+        assert r["success"] == pytest.approx((cf > S["threshold"]).mean(1).tolist(), abs=1e-12)
+        d50, se = fifty_percent_point(S["grid"], r["success"], S["seeds"])
+        assert (np.isnan(d50) and np.isnan(r["delta_50"])) or d50 == pytest.approx(r["delta_50"], abs=1e-12)
+    again = accuracy_rows(S, data["rows"], data["engine"])
+    assert json.dumps(again, sort_keys=True) == json.dumps(res["accuracy"], sort_keys=True)  # NaN-safe
+    for row in res["accuracy"]:
+        if row["sim_stderr"] is not None and np.isfinite(row["simulation"]):
+            se = np.hypot(row["theory_stderr"], row["sim_stderr"])
+            assert row["agree"] == bool(abs(row["simulation"] - row["theory"]) < 3 * se)
