@@ -1,0 +1,32 @@
+"""benchmarks/bench_design_spectral.py (issue #7): helpers and the committed rows."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+RES = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "design_spectral.json"
+
+
+def test_crossing_and_paired_area():
+    from benchmarks.bench_design_spectral import crossing, crossing_stats, paired_area
+
+    g = [1.0, 1.5, 2.0, 2.5]
+    assert crossing(g, [0.2, 0.1, -0.1, -0.3]) == pytest.approx(1.75)
+    assert np.isnan(crossing(g, [0.2, 0.1, 0.05, 0.01]))            # never crosses: nan, not a number
+    m = np.array([[0.2, 0.2], [0.1, 0.1], [-0.1, -0.1], [-0.3, -0.3]])
+    c = crossing_stats(g, m, other=m + 0.1)                          # other crosses later
+    assert c["crossing"] == pytest.approx(1.75) and c["diff"] < 0 and c["crossing_stderr"] == pytest.approx(0.0, abs=1e-12)
+    a, se = paired_area(g, np.zeros((4, 3)), np.ones((4, 3)) * np.array([1.0, 2.0, 3.0]))
+    assert a == pytest.approx(3.0) and se == pytest.approx(np.std([1.5, 3.0, 4.5], ddof=1) / np.sqrt(3))
+
+
+def test_committed_design_spectral_rows_reproduce():
+    from benchmarks.bench_design_spectral import accuracy_rows
+
+    res = json.loads(RES.read_text())
+    S, data = res["setting"], res["data"]
+    for name in ("softplus", "designed"):
+        assert np.asarray(data[name]["hw"]).shape == (len(S["grid"]), S["seeds"])
+    assert json.loads(json.dumps(accuracy_rows(S, data, S["reference"]))) == res["accuracy"]
