@@ -96,7 +96,7 @@ def regression_case():
         tr = dmft.solve(Ps, delta=3.0, lr=0.5, steps=600, paths=1024, key=jax.random.fold_in(jax.random.key(31), 0),
                         throw=False, chol_jitter=j)
         fr = np.asarray(tr.factor_residual)
-        b = S._factor_breakdown(tr)
+        b = S._factor_breakdowns(tr)[0]
         cos = np.asarray(hard_cosine(tr.overlap, tr.gram, hard))
         out[str(j)] = dict(failed_step=int(tr.failed_step), breakdown_step=None if b is None else b[0],
                            residual=[float(fr[t]) for t in range(0, 601, 25)],

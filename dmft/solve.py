@@ -532,39 +532,50 @@ def solve(
         antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
         field_factor="block-cholesky", chol_jitter=jit_,
     )
-    traj = dataclasses.replace(traj, setting=setting)
+    return _checked(dataclasses.replace(traj, setting=setting), throw)
+
+
+def _factor_breakdowns(traj: Trajectory):
+    """Per point (one for a single solve, one per sweep point): the first step where the field factor
+    stops reproducing C_θ (residual above 10× its own jitter + 1e-10, or non-finite) and the residual
+    there, or None. Empty inside jit (traced values)."""
+    if isinstance(traj.factor_residual, Tracer):
+        return []
+    fr = np.asarray(traj.factor_residual).reshape(-1, np.shape(traj.factor_residual)[-1])
+    jit = float((traj.setting or {}).get("chol_jitter", CHOL_JITTER))
+    out = []
+    for row in fr:
+        bad = np.flatnonzero(~(row <= 10 * jit + 1e-10))
+        out.append((int(bad[0]), float(row[bad[0]])) if bad.size else None)
+    return out
+
+
+def _breakdown_hint(b) -> str:
+    return (f"the field factor stopped reproducing C_θ at step {b[0]} (factor_residual {b[1]:.3g}): rounding amplified "
+            "through near-zero innovations of a frozen first phase; pass chol_jitter=1e-8 (docs/dmft.md, "
+            "'Conditioning at late times').")
+
+
+def warn_if_unfaithful(traj: Trajectory):
+    """Warn when the field factor broke at a step where the kernels were still finite (values from
+    there on are unreliable without being NaN)."""
+    import warnings
+
+    fs = None if isinstance(traj.failed_step, Tracer) else np.asarray(traj.failed_step).reshape(-1)
+    for i, b in enumerate(_factor_breakdowns(traj)):
+        if b is not None and not (fs is not None and 0 <= fs[i] <= b[0]):
+            where = f" (sweep point {i})" if fs is not None and fs.size > 1 else ""
+            warnings.warn(f"DMFT{where}: from step {b[0]} values are unreliable: " + _breakdown_hint(b),
+                          RuntimeWarning, stacklevel=3)
+            return
+
+
+def _checked(traj: Trajectory, throw: bool) -> Trajectory:
     if throw:
         raise_if_failed(traj)
     warn_if_unstable(traj)
     warn_if_unfaithful(traj)
     return traj
-
-
-def _factor_breakdown(traj: Trajectory):
-    """First step where the field factor stops reproducing C_θ (residual above 10× its own jitter
-    + 1e-10, or non-finite), with the residual there; None if it never does (or inside jit)."""
-    if isinstance(traj.factor_residual, Tracer):
-        return None
-    fr = np.asarray(traj.factor_residual).reshape(-1, np.shape(traj.factor_residual)[-1])
-    jit = float((traj.setting or {}).get("chol_jitter", CHOL_JITTER))
-    bad = ~(fr <= 10 * jit + 1e-10)
-    if not bad.any():
-        return None
-    i, t = np.argwhere(bad)[np.argmin(np.argwhere(bad)[:, 1])]
-    return int(t), float(fr[i, t])
-
-
-def warn_if_unfaithful(traj: Trajectory):
-    import warnings
-
-    b = _factor_breakdown(traj)
-    fs = None if isinstance(traj.failed_step, Tracer) else np.asarray(traj.failed_step)
-    if b is not None and not (fs is not None and np.any((fs >= 0) & (fs <= b[0]))):
-        warnings.warn(
-            f"DMFT: from step {b[0]} the factor that builds the Gaussian fields no longer reproduces C_θ "
-            f"(factor_residual {b[1]:.3g}, relative): rounding amplified through near-zero innovations of a "
-            "frozen first phase; values from there on are unreliable. Pass chol_jitter=1e-8 "
-            "(docs/dmft.md, 'Conditioning at late times').", RuntimeWarning, stacklevel=3)
 
 
 def warn_if_unstable(traj: Trajectory):
@@ -588,29 +599,19 @@ def raise_if_failed(traj: Trajectory):
         raise DMFTError("throw=True needs concrete results: inside jit/vmap call solve(..., throw=False) and "
                         "check .failed_step yourself")
     fs = np.asarray(traj.failed_step)
-    if fs.ndim == 0:
-        if fs >= 0:
-            b = _factor_breakdown(traj)
-            why = (f" The field factor stopped reproducing C_θ at step {b[0]} (factor_residual {b[1]:.3g}): "
-                   "rounding amplified through near-zero innovations; pass chol_jitter=1e-8 "
-                   "(docs/dmft.md, 'Conditioning at late times')." if b is not None and b[0] < fs else
-                   " At long horizons with a converged first phase pass chol_jitter=1e-8 (docs/dmft.md, "
-                   "'Conditioning at late times').")
-            raise DMFTError(
-                f"DMFT kernels became non-finite at step {int(fs)} (overflow or NaN in g, Γ, C_g or "
-                "C_θ): reduce lr, check the loss/activation growth, or shorten steps." + why
-            )
-    else:
-        bad = np.argwhere(fs >= 0)
-        if bad.size:
-            i = tuple(int(x) for x in bad[0])
-            b = _factor_breakdown(traj)
-            why = (f" The field factor stopped reproducing C_θ first at step {b[0]} (factor_residual {b[1]:.3g}); "
-                   "pass chol_jitter=1e-8 (docs/dmft.md, 'Conditioning at late times')." if b is not None else "")
-            raise DMFTError(
-                f"DMFT kernels became non-finite for sweep point {i} at step {int(fs[i])}; "
-                "reduce lr or check the loss/activation growth." + why
-            )
+    bad = np.argwhere(fs.reshape(-1) >= 0)
+    if not bad.size:
+        return
+    i = int(bad[0, 0])
+    step = int(fs.reshape(-1)[i])
+    b = _factor_breakdowns(traj)[i]
+    why = (" Before that, " + _breakdown_hint(b)) if b is not None and b[0] < step else \
+        " At long horizons with a converged first phase pass chol_jitter=1e-8 (docs/dmft.md, 'Conditioning at late times')."
+    where = "" if fs.ndim == 0 else f" for sweep point {tuple(int(x) for x in np.unravel_index(i, fs.shape))}"
+    raise DMFTError(
+        f"DMFT kernels became non-finite{where} at step {step} (overflow or NaN in g, Γ, C_g or C_θ): reduce lr, "
+        "check the loss/activation growth, or shorten steps." + why
+    )
 
 
 def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, save_samples_at=(), throw=True,
@@ -633,12 +634,7 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
     setting = dict(deltas=np.asarray(deltas).tolist(), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
                    antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
                    common_random_numbers=True, field_factor="block-cholesky", chol_jitter=jit_)
-    traj = dataclasses.replace(traj, setting=setting)
-    if throw:
-        raise_if_failed(traj)
-    warn_if_unstable(traj)
-    warn_if_unfaithful(traj)
-    return traj
+    return _checked(dataclasses.replace(traj, setting=setting), throw)
 
 
 

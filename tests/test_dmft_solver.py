@@ -180,3 +180,8 @@ def test_factor_residual_is_the_jitter_and_breakdowns_are_reported():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         S.warn_if_unfaithful(tr)   # healthy: silent
+    sw = dmft.solve_sweep(prob, [1.5, 2.0], 0.1, 12, 64, jax.random.key(0))
+    bad_sw = dataclasses.replace(sw, factor_residual=sw.factor_residual.at[1, 5:].set(1e-3))
+    assert S._factor_breakdowns(bad_sw)[0] is None and S._factor_breakdowns(bad_sw)[1][0] == 5
+    with pytest.warns(RuntimeWarning, match=r"sweep point 1\): from step 5"):
+        S.warn_if_unfaithful(bad_sw)
