@@ -155,7 +155,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     S = dict(target="y = z1 + z2^2 - 1 (z2 hard)", student="m=2, a=(1, 1/2) frozen, Q0=I", loss="pseudo-Huber 1", ridge=0.3,
              family="combination-normalized", activations=dict(softplus=START, designed=ref["designed_c"]),
              d=1000, seeds=6, steps=400, lr=0.5, key=61, grid=[0.8, 1.0, 1.1, 1.2, 1.3, 1.4, 1.7, 2.0],
-             gd="dmft.simulate float64, freeze_hard=True (first phase), seed s of δ index i: fold_in(fold_in(key, i), s)",
+             gd=("dmft.simulate float64, freeze_hard=True (first phase), seed s of δ index i: fold_in(fold_in(key, i), s); "
+                 "n_pad = round(max(grid)·d) (the training set is the first n of n_pad draws: one compilation per activation)"),
              spectrum="spectral.hard_outlier_at_state, dense eigh of the (d·m)² Hessian, k=6", reference=ref)
     if mode == "quick":
         S.update(d=200, seeds=3, steps=100, grid=[0.8, 1.2, 1.6, 2.0])
@@ -165,9 +166,10 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         P = fam_fn(dict(c=jnp.asarray(c, float), width=jnp.asarray(1.0), ridge=jnp.asarray(S["ridge"])))
         hw, margin, gap, cos2 = [], [], [], []
         t0 = time.perf_counter()
+        n_pad = int(round(max(S["grid"]) * S["d"]))  # one compilation for the whole δ grid
         for i, dl in enumerate(S["grid"]):
             sim = dmft.simulate(P, S["d"], dl, S["lr"], S["steps"], S["seeds"], jax.random.fold_in(jax.random.key(S["key"]), i),
-                                return_weights=True, freeze_hard=True, test_samples=1024)
+                                return_weights=True, freeze_hard=True, test_samples=1024, n_pad=n_pad)
             row = [hard_outlier_at_state(P, *dmft.simulation_data(P, sim, s), sim.W[s], sim.a[s], k=6, method="dense")
                    for s in range(S["seeds"])]
             hw.append([so.hard_weight_below_edge for so in row])
