@@ -102,6 +102,42 @@ class Teacher(eqx.Module):
             return jnp.zeros(batch + (0,))
         return self.noise(key, batch + (self.noise_dim,))
 
+    def unbounded_label_levels(self, directions: int = 8) -> dict:
+        """Where the label ``y`` is unbounded, three growing label values along a ray.
+
+        Deterministic test on rays ``s·u`` of the Gaussian inputs (``z``, and ``eps`` when the
+        noise is the default standard normal; a custom noise law is treated as bounded here):
+        ``u`` = each coordinate axis and ``directions`` fixed random unit vectors, both signs,
+        ``s`` = 8, 64, 512. ``y`` is unbounded above along a ray when ``y(512) > y(64) > y(8)``
+        and the increments do not shrink by more than half (``y(512) − y(64) ≥ ½ (y(64) − y(8))``:
+        linear, polynomial and logarithmic growth pass, saturating links such as tanh or sign do
+        not); likewise below. Returns ``{"above": (y8, y64, y512), "below": (...)}`` for the ray
+        with the largest growth on each side found (a side is absent where every ray is bounded).
+        Used by :func:`spectral.law_from_problem` to decide, from the problem rather than from the
+        sample tails, whether ``D(r, y)`` is unbounded because ``y`` is."""
+        width = self.k + (self.noise_dim if self.noise is _standard_normal_noise else 0)
+        rng = np.random.default_rng(20261202)
+        extra = rng.standard_normal((directions, width))
+        U = np.concatenate([np.eye(width), extra / np.linalg.norm(extra, axis=1, keepdims=True)])
+        U = np.concatenate([U, -U])
+        s = np.array([8.0, 64.0, 512.0])
+        pts = (U[:, None, :] * s[None, :, None]).reshape(-1, width)
+        z = jnp.asarray(pts[:, : self.k], dtype=jnp.float64)
+        eps = jnp.zeros((pts.shape[0], self.noise_dim), dtype=jnp.float64)
+        if width > self.k:
+            eps = jnp.asarray(pts[:, self.k:], dtype=jnp.float64)
+        with np.errstate(all="ignore"):
+            y = np.asarray(self.labels(z, eps), dtype=np.float64).reshape(len(U), 3)
+        out = {}
+        for side, sign in (("above", 1.0), ("below", -1.0)):
+            v = sign * y
+            ok = (np.all(np.isfinite(v), axis=1) & (v[:, 2] > v[:, 1]) & (v[:, 1] > v[:, 0])
+                  & (v[:, 1] - v[:, 0] > 1e-9 * (1 + np.abs(v[:, 0]))) & (v[:, 2] - v[:, 1] >= 0.5 * (v[:, 1] - v[:, 0])))
+            if ok.any():
+                i = int(np.argmax(np.where(ok, v[:, 2] - v[:, 0], -np.inf)))
+                out[side] = tuple(float(x) for x in y[i])
+        return out
+
     def hard_coordinates(self, key=None) -> tuple:
         if self.hard is not None:
             return tuple(int(j) for j in self.hard)

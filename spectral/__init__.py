@@ -22,7 +22,7 @@ from .hessian import (block_matvec, dense_block_matrix, dense_hessian, finite_bl
 from .lanczos import (LanczosResult, SLQResult, lanczos_extreme, stochastic_lanczos_quadrature,  # noqa: E402
                       subspace_overlap)
 from .law import (BlockLaw, detect_unbounded, law_from_dmft, law_from_problem, law_from_samples,  # noqa: E402
-                  sample_blocks, truncate)
+                  sample_blocks, truncate, unbounded_through_labels)
 from .outliers import A_derivative, A_matrix, OutlierResult, outlier  # noqa: E402
 from .quadrature import normal_nodes, teacher_nodes  # noqa: E402
 from .spectral_methods import (SpectralMethodResult, spectral_method, spectral_method_law,  # noqa: E402
@@ -37,7 +37,7 @@ __all__ = [
     "SpectralError", "message", "SUCCESS", "MAX_ITERS", "WRONG_BRANCH", "NO_EDGE", "NO_OUTLIER",
     "UNBOUNDED_SUPPORT", "NONFINITE",
     "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "truncate",
-    "detect_unbounded",
+    "detect_unbounded", "unbounded_through_labels",
     "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "fixed_point_map", "linearization",
     "OutlierResult", "outlier", "A_matrix", "A_derivative",
     "StationaryThreshold", "delta_nn_stationary", "margins_at_stationary",

@@ -154,8 +154,43 @@ def law_from_problem(problem, y, r, a, zeta=None, unbounded="auto", source="prob
     for name, v in (("y", y), ("r", r)):
         if is_concrete(v) and not np.all(np.isfinite(np.asarray(v))):
             raise SpectralError(f"{name} contains NaN/inf; remove those samples or fix the sampler.")
-    D = sample_blocks(problem, y, r, jnp.asarray(a, dtype=jnp.float64))
+    a = jnp.asarray(a, dtype=jnp.float64)
+    D = sample_blocks(problem, y, r, a)
+    if isinstance(unbounded, str) and unbounded == "auto" and is_concrete(D) and is_concrete(r):
+        tails = detect_unbounded(D)
+        labels = unbounded_through_labels(problem, r, a)
+        unbounded = tuple(s for s in SIDES if s in tails or s in labels)
     return law_from_samples(D, zeta=zeta, unbounded=unbounded, source=source)
+
+
+def unbounded_through_labels(problem, r, a, samples: int = 1024) -> tuple:
+    """Sides on which ``D(r, y; a)`` is unbounded because the label is (concrete only).
+
+    With square loss on ``y = z²``, ``D = ∇F∇Fᵀ + (F − y)∇²F`` falls without bound as ``y`` grows
+    wherever ``∇²F(r)`` has a positive eigenvalue; whether a finite sample's tail shows it depends
+    on the sample (the tail test :func:`detect_unbounded` flagged the GeLU phase-retrieval DMFT law
+    at some δ and not at others). Here the question is put to the problem: along the label's
+    growing ray (:meth:`dmft.Teacher.unbounded_label_levels`, values ``Y0 < Y1 < Y2``), the
+    smallest eigenvalue of ``D(r_i, Y)`` over the first ``samples`` rows of ``r`` is evaluated at
+    the three values; "bottom" is flagged when it decreases and keeps decreasing
+    (``λ(Y1) − λ(Y2) ≥ ½ (λ(Y0) − λ(Y1)) > 0``: linear growth in ``y`` passes, a bounded-curvature
+    loss whose ``D`` saturates does not); "top" likewise for the largest eigenvalue. Since the
+    inputs are Gaussian, any ``r`` occurs together with any label value, so this is the
+    unboundedness of the law's support, not of the sample."""
+    levels = problem.teacher.unbounded_label_levels()
+    if not levels:
+        return ()
+    rr = jnp.asarray(r, dtype=jnp.float64)[:samples]
+    out = set()
+    for Ys in levels.values():
+        ev = [np.linalg.eigvalsh(np.asarray(sample_blocks(problem, jnp.full(rr.shape[0], Y), rr, a))) for Y in Ys]
+        lo = [float(e[:, 0].min()) for e in ev]
+        hi = [-float(e[:, -1].max()) for e in ev]
+        for side, v in (("bottom", lo), ("top", hi)):
+            d1, d2 = v[0] - v[1], v[1] - v[2]
+            if np.isfinite(v).all() and d1 > 0 and d2 >= 0.5 * d1:
+                out.add(side)
+    return tuple(s for s in SIDES if s in out)
 
 
 def law_from_dmft(problem, traj, t, hard=None, unbounded="auto") -> BlockLaw:

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import dmft
 import spectral
 
 DELTA = 6.0
@@ -146,3 +147,34 @@ def test_outlier_level(law):
     S = np.real(np.asarray(spectral.stieltjes(law, lam, DELTA, 1e-10).S))
     A = np.asarray(spectral.A_matrix(jnp.asarray(S), lam, law, DELTA))
     assert float(below.margin) == pytest.approx(np.linalg.eigvalsh(A)[0], abs=1e-6)
+
+
+def test_unbounded_support_from_the_problem_not_the_sample_tail():
+    """Whether D(r, y) is unbounded because y is comes from the problem (label rays, D at growing
+    labels), so the strict convention does not depend on which sample tail a DMFT state happened to
+    draw: square loss on y = z² with a GeLU student is unbounded below (D = ∇F∇Fᵀ + (F − y)∇²F),
+    a Huber loss keeps it bounded, a saturating link is bounded, Gaussian label noise with a tanh
+    student makes both sides unbounded."""
+    from dmft import activations
+
+    r = jax.random.normal(jax.random.key(3), (2000, 2))
+    y = jax.random.normal(jax.random.key(4), (2000,)) ** 2
+    a = jnp.full(2, 0.5)
+
+    def prob(link, loss, act=activations.gelu, noise_dim=0):
+        return dmft.Problem(dmft.Teacher(link=link, k=1, noise_dim=noise_dim),
+                            dmft.TwoLayer(activation=act, width=2, second_layer=a, train_second_layer=False), loss=loss)
+
+    pr = lambda z, e: z[0] ** 2  # noqa: E731
+    assert dmft.Teacher(link=pr, k=1).unbounded_label_levels().keys() == {"above"}
+    # GeLU'' = φ(r)(2 − r²) takes both signs: D → −∞ where |r| < √2 and +∞ beyond as y grows
+    assert spectral.unbounded_through_labels(prob(pr, dmft.square_loss), r, a) == ("bottom", "top")
+    quad = prob(pr, dmft.square_loss, activations.quadratic)  # F'' = 2a > 0: bottom only (from the labels)
+    assert spectral.unbounded_through_labels(quad, r, a) == ("bottom",)
+    assert "bottom" in spectral.law_from_problem(prob(pr, dmft.square_loss), y, r, a).unbounded
+    assert spectral.unbounded_through_labels(prob(pr, dmft.huber_loss(1.0)), r, a) == ()
+    sat = lambda z, e: jnp.tanh(2 * z[0])  # noqa: E731
+    assert dmft.Teacher(link=sat, k=1).unbounded_label_levels() == {}
+    assert spectral.unbounded_through_labels(prob(sat, dmft.square_loss), r, a) == ()
+    noisy = lambda z, e: jnp.tanh(2 * z[0]) + 0.3 * e[0]  # noqa: E731
+    assert spectral.unbounded_through_labels(prob(noisy, dmft.square_loss, jnp.tanh, 1), r, a) == ("bottom", "top")
