@@ -27,6 +27,14 @@ should lie *below* the δ*(t) of the longest time (within 3 combined s.e.), and 
 below as d grows;
 (b) the trend of (a) in log d: weighted linear fit (weights 1/s.e.²), slope per unit log d with s.e.
 (approach means a positive slope).
+
+Measured (standard, 2026-12-02, CPU, 4008 s with the test suite running alongside part of the time):
+quadratic 2.33 ± 0.12, 2.63 ± 0.18, 2.80 ± 0.14 at d = 500, 1000, 2000 (slope 0.34 ± 0.13 per log d;
+the d = 500/1000 rows equal the earlier quadratic-only run bit for bit); GeLU 3.67 ± 0.24,
+4.75 ± 0.35, 5.40 ± 0.28 (slope 1.26 ± 0.26). All below the DMFT δ*(t) of the longest horizon
+(3.97 ± 0.19 at t·η = 9.6; 9.86 ± 1.47 at t·η = 48), near δ*(t) at early times. Median escape
+t·η grows faster than log d (GeLU δ = 5: 141, 235, 374), so at d = 2000 the t·η = 600 horizon
+may cut some GeLU successes near δ = 4.5–5.
 """
 
 from __future__ import annotations
