@@ -72,7 +72,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     grad = lambda W_: g_(X, y, W_)
     h_ = jax.jit(lambda X_, y_, W_, V_: spectral.hessian_vector_product(prob, X_, y_, a, W_, method="autodiff")(V_))
     hv_ad = lambda V_: h_(X, y, W, V_)
-    D = jax.jit(spectral.finite_blocks)(prob, X, y, a, W)
+    D = jax.jit(lambda X_, y_, W_: spectral.finite_blocks(prob, X_, y_, a, W_))(X, y, W)  # prob closed over: its activation is a pytree leaf (a function)
     bm = jax.jit(lambda X_, D_, V_: spectral.block_matvec(X_, D_, prob.ridge)(V_))
     hv_bl = lambda V_: bm(X, D, V_)
     t_grad = _timeit(lambda: grad(W).block_until_ready())
