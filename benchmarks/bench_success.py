@@ -52,6 +52,7 @@ from dmft import activations
 from dmft.success import success_curve
 
 from .bench_delta_star_trend import problem
+from .bench_success_bounded import trend_fit
 
 NAME = "success"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -111,21 +112,8 @@ def _engine():
 
 
 def log_d_trend(rows):
-    """Weighted linear fit of the 50% point against log d over the d with a finite 50% point:
-    slope per unit log d and its s.e. (``None`` with fewer than two usable d)."""
-    ok = [r for r in rows if np.isfinite(r["delta_50"]) and np.isfinite(r["delta_50_stderr"]) and r["delta_50_stderr"] > 0]
-    out = dict(x="log d", ds=[r["d"] for r in ok], slope=None, slope_stderr=None, intercept=None, chi2=None, dof=None)
-    if len(ok) < 2:
-        return out
-    x = np.log(np.asarray(out["ds"], float))
-    y = np.asarray([r["delta_50"] for r in ok])
-    w = 1 / np.asarray([r["delta_50_stderr"] for r in ok]) ** 2
-    A = np.stack([np.ones_like(x), x], 1)
-    cov = np.linalg.inv(A.T @ (A * w[:, None]))
-    beta = cov @ (A.T @ (w * y))
-    out.update(intercept=float(beta[0]), slope=float(beta[1]), slope_stderr=float(np.sqrt(cov[1, 1])),
-               chi2=float(np.sum(w * (y - A @ beta) ** 2)), dof=len(ok) - 2)
-    return out
+    """The 50% point against log d: ``bench_success_bounded.trend_fit`` with x = log d."""
+    return trend_fit(rows, x="log d")
 
 
 def accuracy_rows(S, data, eng):

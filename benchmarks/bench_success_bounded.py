@@ -77,17 +77,21 @@ def _engine():
         return {}
 
 
-def trend_fit(rows):
-    """Weighted linear fit of the 50% point in x = 1/√d (weights 1/s.e.²) over the d whose 50% point
-    is finite: intercept (d → ∞) and slope with s.e. from the weights, χ² and its degrees of freedom.
-    ``None`` entries when fewer than two d are usable."""
+TREND_X = {"1/sqrt(d)": lambda d: 1 / np.sqrt(d), "log d": np.log}
+
+
+def trend_fit(rows, x="1/sqrt(d)"):
+    """Weighted linear fit of the 50% point in ``x`` = 1/√d (default; the intercept is then the
+    d → ∞ extrapolation) or log d (weights 1/s.e.²) over the d whose 50% point is finite: intercept
+    and slope with s.e. from the weights, χ² and its degrees of freedom. ``None`` entries when fewer
+    than two d are usable."""
     ok = [r for r in rows if np.isfinite(r["delta_50"]) and np.isfinite(r["delta_50_stderr"]) and r["delta_50_stderr"] > 0]
-    out = dict(x="1/sqrt(d)", ds=[r["d"] for r in ok], delta_50=[r["delta_50"] for r in ok],
+    out = dict(x=x, ds=[r["d"] for r in ok], delta_50=[r["delta_50"] for r in ok],
                delta_50_stderr=[r["delta_50_stderr"] for r in ok], intercept=None, intercept_stderr=None,
                slope=None, slope_stderr=None, chi2=None, dof=None)
     if len(ok) < 2:
         return out
-    x = 1 / np.sqrt(np.asarray(out["ds"], float))
+    x = TREND_X[x](np.asarray(out["ds"], float))
     y, s = np.asarray(out["delta_50"]), np.asarray(out["delta_50_stderr"])
     A = np.stack([np.ones_like(x), x], 1)
     w = 1 / s**2

@@ -123,11 +123,9 @@ class Teacher(eqx.Module):
         s = np.array([8.0, 64.0, 512.0])
         pts = (U[:, None, :] * s[None, :, None]).reshape(-1, width)
         z = jnp.asarray(pts[:, : self.k], dtype=jnp.float64)
-        eps = jnp.zeros((pts.shape[0], self.noise_dim), dtype=jnp.float64)
-        if width > self.k:
-            eps = jnp.asarray(pts[:, self.k:], dtype=jnp.float64)
-        with np.errstate(all="ignore"):
-            y = np.asarray(self.labels(z, eps), dtype=np.float64).reshape(len(U), 3)
+        eps = (jnp.asarray(pts[:, self.k:], dtype=jnp.float64) if width > self.k
+               else jnp.zeros((pts.shape[0], self.noise_dim), dtype=jnp.float64))
+        y = np.asarray(self.labels(z, eps), dtype=np.float64).reshape(len(U), 3)
         out = {}
         for side, sign in (("above", 1.0), ("below", -1.0)):
             v = sign * y
