@@ -2,7 +2,8 @@
 
 Three sizes (``MODES``): ``quick`` (~10 min for the whole suite on a 2-core CPU; written to
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
-with a process-private compilation cache, see ``_process_compile_cache``), ``standard``
+with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
+worker processes, see ``run_parallel``), ``standard``
 (the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``,
 ~35 min on 2 cores) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
@@ -29,6 +30,8 @@ import traceback
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 MODES = ("quick", "standard", "full")
+JOBS_ENV = "DELTANN_BENCH_JOBS"            # set by the parent of ``--jobs N`` workers (recorded in provenance)
+CACHE_ENV = "DELTANN_BENCH_XLA_CACHE"      # the compilation cache directory the workers share
 
 
 def default_outdir(mode: str) -> pathlib.Path:
@@ -54,6 +57,7 @@ def provenance(mode: str) -> dict:
         device_count=len(devs),
         machine=platform.machine(),
         cpu_count=__import__("os").cpu_count(),
+        concurrent_benchmark_processes=int(__import__("os").environ.get(JOBS_ENV, "1")),
     )
 
 
@@ -199,17 +203,75 @@ def _process_compile_cache():
     CPU, the same δ_NN to the last digit). Nothing survives the process: every run starts cold, so
     the measured wall time is that of a fresh checkout."""
     import atexit
+    import os
     import shutil
     import tempfile
 
     import jax
 
-    d = tempfile.mkdtemp(prefix="deltann_quick_xla_")
-    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    d = os.environ.get(CACHE_ENV)                 # a ``--jobs`` worker: the parent's directory
+    if not d:
+        d = tempfile.mkdtemp(prefix="deltann_quick_xla_")
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
     jax.config.update("jax_compilation_cache_dir", d)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     return d
+
+
+def schedule(names, jobs: int, outdir: pathlib.Path) -> list:
+    """Longest-processing-time-first partition of ``names`` over ``jobs`` workers, by the wall time
+    recorded in ``outdir`` (60 s where there is none)."""
+    def cost(n):
+        try:
+            return float(json.loads((outdir / f"{n}.json").read_text())["wall_s"])
+        except Exception:
+            return 60.0
+    bins = [[0.0, []] for _ in range(jobs)]
+    for n in sorted(names, key=cost, reverse=True):
+        b = min(bins, key=lambda b: b[0])
+        b[0] += cost(n)
+        b[1].append(n)
+    return [b[1] for b in bins if b[1]]
+
+
+def run_parallel(names, mode: str, outdir: pathlib.Path | None, jobs: int) -> int:
+    """``jobs`` worker processes (``python -m benchmarks run --<mode> --only ...``), each running a
+    share of the benchmarks in sequence (:func:`schedule`); one shared compilation cache in a
+    temporary directory removed at the end; RESULTS.md regenerated once all are done. Returns
+    the number of failed workers. Why: a benchmark keeps ~1.4 of 2 cores busy on average (XLA
+    compilation, ~half the quick suite's time, is single-threaded), so two workers use the idle
+    core. Timings inside a benchmark are then contended: ``provenance.concurrent_benchmark_processes``
+    records it."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    outdir = pathlib.Path(outdir) if outdir else default_outdir(mode)
+    outdir.mkdir(parents=True, exist_ok=True)
+    names = names or discover()
+    unknown = sorted(set(names) - set(discover()) - {"smoke"})
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; available: {discover()}")
+    shares = schedule(names, jobs, outdir)
+    cache = tempfile.mkdtemp(prefix="deltann_bench_xla_")
+    env = dict(os.environ, **{JOBS_ENV: str(len(shares)), CACHE_ENV: cache})
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent)] + [p for p in [env.get("PYTHONPATH")] if p])
+    try:
+        procs = [subprocess.Popen([sys.executable, "-m", "benchmarks", "run", f"--{mode}", "--no-report", "--jobs", "1",
+                                   "--outdir", str(outdir), *sum((["--only", n] for n in share), [])], env=env)
+                 for share in shares]
+        for i, share in enumerate(shares):
+            print(f"== worker {i}: {' '.join(share)}", flush=True)
+        t0 = time.perf_counter()
+        failed = sum(p.wait() != 0 for p in procs)
+        print(f"== {len(names)} benchmarks, {len(shares)} workers: {time.perf_counter() - t0:.1f} s wall", flush=True)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    write_results_md(results_dir=outdir if outdir != RESULTS else None,
+                     path=None if outdir == RESULTS else outdir / "RESULTS.md")
+    return failed
 
 
 def main(argv=None):
@@ -224,6 +286,10 @@ def main(argv=None):
     g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~35 min on 2 cores)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
     r.add_argument("--outdir", type=pathlib.Path, default=None)
+    r.add_argument("--jobs", type=int, default=None,
+                   help="concurrent benchmark processes (default: 2 for --quick on >= 2 cores, else 1; "
+                        "timings are then contended, recorded in each JSON's provenance)")
+    r.add_argument("--no-report", action="store_true", help="do not regenerate RESULTS.md")
     sub.add_parser("report", help="regenerate RESULTS.md from the JSON files")
     sub.add_parser("list", help="list benchmarks")
     a = ap.parse_args(argv)
@@ -232,9 +298,18 @@ def main(argv=None):
     elif a.cmd == "report":
         print(write_results_md())
     else:
+        import os
+
+        mode = "quick" if a.quick else "full" if a.full else "standard"
+        worker = CACHE_ENV in os.environ    # a worker of run_parallel never spawns workers itself
+        jobs = a.jobs if a.jobs is not None else (min(2, os.cpu_count() or 1) if a.quick and not worker else 1)
+        if jobs < 1:
+            raise SystemExit(f"--jobs must be >= 1 (got {a.jobs}).")
+        if jobs > 1 and len(a.only or discover()) > 1:
+            sys.exit(run_parallel(a.only, mode, a.outdir, jobs))
         if a.quick:
             _process_compile_cache()
-        run(a.only, mode="quick" if a.quick else "full" if a.full else "standard", outdir=a.outdir)
+        run(a.only, mode=mode, outdir=a.outdir, regenerate=not a.no_report)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ a_0 = 0, a_l = p (a_{l-1} + 1), L = a_{D-1} + 1   (p = 1: L = D; two-layer squar
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import equinox as eqx
@@ -53,6 +54,13 @@ def activation_fn(name: str, p: float = 1.0, alpha: float = 0.0) -> Callable:
 def _unit(params):
     flat, unravel = ravel_pytree(params)
     return unravel(flat / jnp.linalg.norm(flat))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _random_unit(key, shapes):
+    # one compiled program per shape list (eager, the ravel/unravel closures cost ~0.3 s a call)
+    keys = jax.random.split(key, len(shapes))
+    return _unit(tuple(jax.random.normal(k, s) for k, s in zip(keys, shapes)))
 
 
 class FeedForward(eqx.Module):
@@ -97,9 +105,7 @@ class FeedForward(eqx.Module):
         d_in = d_in if d_in is not None else self.d_in
         if d_in is None:
             raise FlowError("d_in is unknown: pass d_in= to the constructor or to init(key, d_in).")
-        shapes = self.shapes(d_in)
-        keys = jax.random.split(key, len(shapes))
-        return _unit(tuple(jax.random.normal(k, s) for k, s in zip(keys, shapes)))
+        return _random_unit(key, tuple(tuple(s) for s in self.shapes(d_in)))
 
     def unit_norms(self, params):
         """Per hidden unit j of layer l: sqrt(||incoming col j of W_l||^2 + ||outgoing row j||^2)."""
@@ -157,8 +163,7 @@ class DiagonalLinear(eqx.Module):
         d_in = d_in if d_in is not None else self.d_in
         if d_in is None:
             raise FlowError("d_in is unknown: pass d_in= to diagonal_linear or init(key, d_in).")
-        k1, k2 = jax.random.split(key)
-        return _unit((jax.random.normal(k1, (d_in,)), jax.random.normal(k2, (d_in,))))
+        return _random_unit(key, ((d_in,), (d_in,)))
 
 
 def diagonal_linear(d_in=None) -> DiagonalLinear:

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .law import BlockLaw, law_from_samples
+from .law import BlockLaw, law_from_samples, sample_blocks
 from .outliers import A_matrix
 from .stieltjes import bulk_edge, fixed_point_map, linearization, real_stieltjes_path
 
@@ -209,12 +209,11 @@ class _Context:
         return jnp.asarray(self.level, float)
 
     def law_of_trajectory(self, params, traj):
-        import dmft
 
         pb = self.family(params)
         smp, a = traj.samples[int(self.t)], traj.second_layer[int(self.t)]
         y, r, z = (smp.y, smp.r, smp.z) if hasattr(smp, "y") else (smp["y"], smp["r"], smp["z"])
-        D = jax.vmap(lambda yy, rr: dmft.sample_hessian(pb, yy, rr, a))(y, r)
+        D = sample_blocks(pb, y, r, a)
         return 0.5 * (D + jnp.swapaxes(D, 1, 2)), z[:, list(self.hard)]
 
     def law(self, params, delta, x_star):
@@ -306,7 +305,7 @@ def _primal(ctx, params, delta, start, residual_tol, max_iters):
     E = ctx.equations(params, delta)
     x = E["pack"](dict(Q=st.q, V=st.response, M=st.overlap, a=st.second_layer))
     smp = st.samples
-    law = law_from_samples(np.asarray(jax.vmap(lambda y, r: dmft.sample_hessian(pb, y, r, st.second_layer))(smp["y"], smp["r"])),
+    law = law_from_samples(np.asarray(sample_blocks(pb, smp["y"], smp["r"], st.second_layer)),
                            zeta=np.asarray(smp["z"])[:, list(ctx.hard)], unbounded=())
     edge, S_edge, level = _edge_and_level(ctx, params, delta, law)
     return dict(x=x, law=law, edge=edge, S_edge=S_edge, level=level,

@@ -98,6 +98,19 @@ def test_runner_rejects_bad_mode_and_names(tmp_path):
     assert runner.default_outdir("standard") == runner.RESULTS
 
 
+def test_parallel_schedule_balances_by_recorded_wall_time(tmp_path):
+    """``--jobs``: longest-first partition by the wall time in the last JSON (60 s without one)."""
+    import json
+
+    for n, w in (("a", 100.0), ("b", 70.0), ("c", 50.0), ("d", 20.0)):
+        (tmp_path / f"{n}.json").write_text(json.dumps(dict(wall_s=w)))
+    shares = runner.schedule(["a", "b", "c", "d", "e"], 2, tmp_path)
+    assert sorted(sum(shares, [])) == ["a", "b", "c", "d", "e"]
+    load = lambda sh: sum(dict(a=100, b=70, c=50, d=20, e=60)[n] for n in sh)
+    assert sorted(load(sh) for sh in shares) == [150, 150]        # {a, c} and {b, e, d}
+    assert runner.schedule(["a"], 3, tmp_path) == [["a"]]
+
+
 def test_committed_finite_size_outliers():
     """Committed outlier checks at d = 1000–4000 (toy m = 2 law, DMFT state) all agree, the
     toy outlier is within 3% at every d ≥ 2000, and its theory value recomputed now from an
