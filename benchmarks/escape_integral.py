@@ -27,13 +27,17 @@ def kappa_curve(P, d, delta, lr, checkpoints, seeds, key):
     """κ(t) = constrained edge − bottom eigenvalue and (−bottom)_+ on the finite-d first phase,
     at each checkpoint (steps), mean and s.e. over seeds."""
     rows = []
+    checkpoints = [int(st) for st in checkpoints]
+    # one run, weights kept at the checkpoints (= the final weights of a run with steps = checkpoint)
+    sim = dmft.simulate(P, d=d, delta=delta, lr=lr, steps=max(checkpoints), seeds=seeds, key=key,
+                        freeze_hard=True, test_samples=256, save_weights_at=checkpoints)
+    data = [simulation_data(P, sim, s) for s in range(seeds)]
     for st in checkpoints:
-        sim = dmft.simulate(P, d=d, delta=delta, lr=lr, steps=int(st), seeds=seeds, key=key, return_weights=True,
-                            freeze_hard=True, test_samples=256)
+        c = sim.setting["save_weights_at"].index(st)
         g, neg, w = [], [], []
         for s in range(seeds):
-            X, y = simulation_data(P, sim, s)
-            o = spectral.hard_outlier_at_state(P, X, y, sim.W[s], sim.a[s], k=4, theory=False)
+            X, y = data[s]
+            o = spectral.hard_outlier_at_state(P, X, y, sim.W_at[s, c], sim.a_at[s, c], k=4, theory=False)
             g.append(o.gap)
             neg.append(max(0.0, -float(o.eigenvalues[0])))
             w.append(float(o.hard_weight[0]))

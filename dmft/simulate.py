@@ -35,7 +35,9 @@ from .solve import _lr_schedule
 class SimulationResult(eqx.Module):
     """Per-seed GD observables, indexed ``[seed, step]``; the attributes ``train_error``,
     ``test_error``, ``overlap``, ``gram``, ``second_layer`` are seed means and ``*_stderr``
-    the standard errors of those means. ``W``/``a`` hold the final weights when requested."""
+    the standard errors of those means. ``W``/``a`` hold the final weights when requested;
+    ``W_at``/``a_at`` (seeds, C, d, m) / (seeds, C, m) the weights after each of the ``C`` steps of
+    ``save_weights_at``."""
 
     train_error_seeds: jax.Array
     test_error_seeds: jax.Array
@@ -46,6 +48,8 @@ class SimulationResult(eqx.Module):
     a: Optional[jax.Array] = None
     seed_keys: Optional[jax.Array] = None
     setting: Optional[dict] = None
+    W_at: Optional[jax.Array] = None
+    a_at: Optional[jax.Array] = None
 
     def _mean(self, x):
         return jnp.mean(x, axis=0)
@@ -70,7 +74,7 @@ class SimulationResult(eqx.Module):
 
 
 def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_samples: int, random_overlap: bool, dtype,
-             n_real=None, freeze_hard: tuple = ()):
+             n_real=None, freeze_hard: tuple = (), save_at: tuple = ()):
     k, m = problem.k, problem.m
     st = problem.student
     kd, kw, kt = jax.random.split(key, 3)
@@ -107,8 +111,14 @@ def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_sample
             a=a,
         )
 
+    save_idx = jnp.asarray(save_at, dtype=int)
+
     def step(carry, t):
-        W, a = carry
+        W, a, Ws, As = carry
+        if save_at:  # (static) W, a here are the weights after t updates; no buffers otherwise
+            hit = save_idx == t             # (measured: an always-present buffer slowed plain runs 1.5×)
+            Ws = jnp.where(hit[:, None, None], W[None], Ws)
+            As = jnp.where(hit[:, None], a[None], As)
         R = X @ W
         obs = observe(W, a, R)
         g = grad_r(y, R, a).astype(dtype) * wts[:, None]
@@ -119,10 +129,12 @@ def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_sample
         live = t < steps  # the last pass only observes W^T
         step_w = jnp.where(live, eta[t], 0.0).astype(dtype)
         step_a = jnp.where(live, eta_a[t], 0.0).astype(dtype)
-        return ((W - step_w * gW).astype(dtype), (a - step_a * ga).astype(dtype)), obs
+        return ((W - step_w * gW).astype(dtype), (a - step_a * ga).astype(dtype), Ws, As), obs
 
-    (Wf, af), obs = jax.lax.scan(step, (W0, a0), jnp.arange(steps + 1))
-    return obs, Wf, af
+    C = len(save_at)
+    init = (W0, a0, jnp.zeros((C,) + W0.shape, dtype), jnp.zeros((C,) + a0.shape, dtype))
+    (Wf, af, Ws, As), obs = jax.lax.scan(step, init, jnp.arange(steps + 1))
+    return obs, Wf, af, Ws, As
 
 
 def simulate(
@@ -141,6 +153,7 @@ def simulate(
     dtype=jnp.float64,
     n_pad: Optional[int] = None,
     freeze_hard: bool = False,
+    save_weights_at=(),
 ) -> SimulationResult:
     """Full-batch GD at dimension ``d`` with ``n = round(δ d)`` samples, ``seeds`` independent
     draws of data and initialization (seed ``s`` uses ``jax.random.fold_in(key, s)``).
@@ -153,6 +166,10 @@ def simulate(
     ``n_pad`` compiles once (the training set is then the first ``n`` of ``n_pad`` draws).
     ``freeze_hard=True``: the first phase at finite d — the rows of ``W`` along the hard
     teacher coordinates stay at ``M^0`` (see the module docstring).
+    ``save_weights_at``: steps (ints in ``[0, steps]``) after which ``W`` and ``a`` are kept
+    (``W_at``, ``a_at``): the weights along one trajectory, e.g. for the Hessian spectrum over
+    training — one run and one compilation instead of one per checkpoint (the weights after
+    ``t`` steps are those of a run with ``steps = t``: same keys, same data, same initialization).
     """
     if not isinstance(d, (int, np.integer)) or d <= problem.k:
         raise ProblemError(f"d must be an int > k = {problem.k} (got {d!r}).")
@@ -175,20 +192,23 @@ def simulate(
         raise ProblemError("freeze_hard=True but the teacher has no hard coordinates (Teacher.hard or an even link); "
                            "there is no first phase to isolate.")
     eta = _lr_schedule(lr, steps)
+    save_at = tuple(sorted({int(t) for t in np.atleast_1d(np.asarray(save_weights_at, dtype=float))}))
+    if any(t < 0 or t > steps for t in save_at) or not np.all(np.mod(np.atleast_1d(np.asarray(save_weights_at, float)), 1) == 0):
+        raise ProblemError(f"save_weights_at must be integer steps in [0, steps={steps}] (got {save_weights_at!r}).")
     if n_pad is not None and (not isinstance(n_pad, (int, np.integer)) or n_pad < n):
         raise ProblemError(f"n_pad must be an int >= n = round(delta*d) = {n} (got {n_pad!r}).")
     n_arr = n if n_pad is None else int(n_pad)
     if seed_batch is None:
-        per_seed = (n_arr * d + 4 * d * problem.m) * jnp.dtype(dtype).itemsize
+        per_seed = (n_arr * d + (4 + len(save_at)) * d * problem.m) * jnp.dtype(dtype).itemsize
         seed_batch = int(max(1, min(seeds, 2_000_000_000 // max(per_seed, 1))))
     keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(jnp.arange(seeds))
     n_real = None if n_pad is None else jnp.asarray(n)
-    obs, Wf, af = _simulate_jit(problem, keys, eta, d, n_arr, steps, test_samples, random_overlap, dtype, seed_batch, n_real,
-                                hard)
+    obs, Wf, af, Ws, As = _simulate_jit(problem, keys, eta, d, n_arr, steps, test_samples, random_overlap, dtype, seed_batch,
+                                        n_real, hard, save_at)
     setting = dict(d=int(d), n=n, n_pad=n_pad, delta=delta_f, lr=lr_np.tolist(), steps=int(steps), seeds=int(seeds),
                    test_samples=int(test_samples), random_overlap=bool(random_overlap),
                    dtype=jnp.dtype(dtype).name, teacher_basis="first k coordinate axes",
-                   freeze_hard=list(hard) if hard else False)
+                   freeze_hard=list(hard) if hard else False, save_weights_at=list(save_at))
     return SimulationResult(
         train_error_seeds=obs["train"],
         test_error_seeds=obs["test"],
@@ -199,14 +219,16 @@ def simulate(
         a=af if return_weights else None,
         seed_keys=keys,
         setting=setting,
+        W_at=Ws if save_at else None,
+        a_at=As if save_at else None,
     )
 
 
 @eqx.filter_jit
 def _simulate_jit(problem, keys, eta, d, n, steps, test_samples, random_overlap, dtype, seed_batch, n_real=None,
-                  freeze_hard: tuple = ()):
+                  freeze_hard: tuple = (), save_at: tuple = ()):
     one = jax.vmap(lambda kk: _run_one(problem, kk, d, n, eta, steps, test_samples, random_overlap, dtype, n_real,
-                                       freeze_hard))
+                                       freeze_hard, save_at))
     seeds = keys.shape[0]
     nb = -(-seeds // seed_batch)
     pad = nb * seed_batch - seeds

@@ -123,3 +123,27 @@ def test_padded_samples_give_the_same_gd():
         ga = (res[:, None] * np.tanh(R)).mean(0)
         W, a = W - 0.1 * X.T @ g / n, a - 0.1 * ga
     np.testing.assert_allclose(np.asarray(padded.W[0]), W, rtol=1e-9, atol=1e-12)
+
+
+def test_weights_saved_along_one_run_equal_shorter_runs():
+    """simulate(save_weights_at=...): the weights after t steps of one run are the final weights of
+    a run with steps = t (same keys: same data and initialization), for W and a trained second
+    layer; bad steps are rejected by name."""
+    prob = dmft.Problem(
+        teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
+        student=dmft.TwoLayer(activation=jnp.tanh, width=2, second_layer=jnp.ones(2) / 2, train_second_layer=True),
+        loss=dmft.square_loss,
+    )
+    kw = dict(d=30, delta=2.0, lr=0.1, seeds=2, key=jax.random.key(1), freeze_hard=True)
+    long = dmft.simulate(prob, steps=7, save_weights_at=(7, 0, 3), return_weights=True, **kw)
+    assert long.W_at.shape == (2, 3, 30, 2) and long.setting["save_weights_at"] == [0, 3, 7]
+    np.testing.assert_array_equal(np.asarray(long.W_at[:, 2]), np.asarray(long.W))
+    for c, t in enumerate((0, 3)):
+        short = dmft.simulate(prob, steps=max(t, 1), return_weights=True, **kw)
+        if t == 0:   # the initial weights: the overlap record at step 0
+            np.testing.assert_allclose(np.asarray(long.W_at[:, 0, :1]), np.asarray(short.overlap_seeds[:, 0]), rtol=0, atol=0)
+            continue
+        np.testing.assert_allclose(np.asarray(long.W_at[:, c]), np.asarray(short.W), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(np.asarray(long.a_at[:, c]), np.asarray(short.a), rtol=1e-12, atol=1e-15)
+    with pytest.raises(dmft.ProblemError, match="save_weights_at"):
+        dmft.simulate(prob, steps=7, save_weights_at=(8,), **kw)

@@ -149,6 +149,28 @@ def test_outlier_level(law):
     assert float(below.margin) == pytest.approx(np.linalg.eigvalsh(A)[0], abs=1e-6)
 
 
+def test_padding_before_the_jitted_solvers_leaves_the_law_unchanged(law):
+    """``for_jit`` pads the sample axis to a bucketed size with weight-0 copies (one compilation for
+    the different n of a δ grid or of finite-n truncations): the padded solve equals the unpadded
+    one to round-off."""
+    from spectral.law import BlockLaw, for_jit, padded_size
+    from spectral.outliers import _outlier_core_jit
+
+    assert [padded_size(n) for n in (100, 256, 300, 400, 2040, 3000, 20000)] == [100, 256, 384, 512, 2048, 3072, 20480]
+    sub = spectral.law_from_samples(law.D[:3000], zeta=law.zeta[:3000], unbounded=())
+    padded = for_jit(sub)
+    assert padded.size == 3072 and float(jnp.sum(padded.weights[3000:])) == 0.0
+    raw = BlockLaw(D=sub.D, weights=sub.weights, zeta=sub.zeta, unbounded=(), source="")   # not padded
+    ref = _outlier_core_jit(raw, jnp.asarray(DELTA, float), jnp.asarray(0), 1e-12, 60, 0.5, "newton", 44, 2,
+                            jnp.asarray(jnp.inf))
+    o = spectral.outlier(sub, DELTA, "bottom")
+    assert bool(o.exists) and bool(ref[3])
+    for got, want in ((o.eigenvalue, ref[0]), (o.cosine2, ref[1]), (o.edge, ref[2]), (o.margin, ref[5])):
+        assert float(got) == pytest.approx(float(want), rel=1e-9, abs=1e-12)
+    e = spectral.bulk_edge(sub, DELTA, side="bottom")
+    assert float(e.edge) == pytest.approx(float(ref[2]), rel=1e-9)
+
+
 def test_unbounded_support_from_the_problem_not_the_sample_tail():
     """Whether D(r, y) is unbounded because y is comes from the problem (label rays, D at growing
     labels), so the strict convention does not depend on which sample tail a DMFT state happened to
