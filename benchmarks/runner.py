@@ -1,6 +1,6 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~12 min for the whole suite on a 2-core CPU with two workers, measured 707 s; written to
+Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two workers, measured 660 s; written to
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
 with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
 worker processes, see ``run_parallel``), ``standard``
@@ -75,7 +75,8 @@ def _jsonable(x):
     return x
 
 
-def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, regenerate=True) -> dict:
+def _checked(names, mode: str, outdir):
+    """(names, outdir) after checking the mode and the names; the output folder exists."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
     outdir = pathlib.Path(outdir) if outdir else default_outdir(mode)
@@ -84,6 +85,17 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
     unknown = sorted(set(names) - set(discover()) - {"smoke"})
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; available: {discover()}")
+    return names, outdir
+
+
+def _report(outdir: pathlib.Path):
+    """RESULTS.md of ``outdir`` (the committed one for ``benchmarks/results``)."""
+    return write_results_md(results_dir=outdir if outdir != RESULTS else None,
+                            path=None if outdir == RESULTS else outdir / "RESULTS.md")
+
+
+def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, regenerate=True) -> dict:
+    names, outdir = _checked(names, mode, outdir)
     done = {}
     for name in names:
         mod = importlib.import_module(f"benchmarks.bench_{name}")
@@ -104,8 +116,7 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
         done[res["name"]] = res
         print(f"   {status} in {res['wall_s']} s -> {outdir / (res['name'] + '.json')}", flush=True)
     if regenerate:
-        write_results_md(results_dir=outdir if outdir != RESULTS else None,
-                         path=None if outdir == RESULTS else outdir / "RESULTS.md")
+        _report(outdir)
     return done
 
 
@@ -248,12 +259,7 @@ def run_parallel(names, mode: str, outdir: pathlib.Path | None, jobs: int) -> in
     import subprocess
     import tempfile
 
-    outdir = pathlib.Path(outdir) if outdir else default_outdir(mode)
-    outdir.mkdir(parents=True, exist_ok=True)
-    names = names or discover()
-    unknown = sorted(set(names) - set(discover()) - {"smoke"})
-    if unknown:
-        raise ValueError(f"unknown benchmark(s) {unknown}; available: {discover()}")
+    names, outdir = _checked(names, mode, outdir)
     shares = schedule(names, jobs, outdir)
     cache = tempfile.mkdtemp(prefix="deltann_bench_xla_")
     env = dict(os.environ, **{JOBS_ENV: str(len(shares)), CACHE_ENV: cache})
@@ -269,8 +275,7 @@ def run_parallel(names, mode: str, outdir: pathlib.Path | None, jobs: int) -> in
         print(f"== {len(names)} benchmarks, {len(shares)} workers: {time.perf_counter() - t0:.1f} s wall", flush=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    write_results_md(results_dir=outdir if outdir != RESULTS else None,
-                     path=None if outdir == RESULTS else outdir / "RESULTS.md")
+    _report(outdir)
     return failed
 
 
@@ -281,7 +286,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="reduced sizes, ~12 min on 2 cores (2 workers); writes results/quick/")
+    g.add_argument("--quick", action="store_true", help="reduced sizes, ~11 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
     g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~35 min on 2 cores)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
