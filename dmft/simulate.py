@@ -192,9 +192,13 @@ def simulate(
         raise ProblemError("freeze_hard=True but the teacher has no hard coordinates (Teacher.hard or an even link); "
                            "there is no first phase to isolate.")
     eta = _lr_schedule(lr, steps)
-    save_at = tuple(sorted({int(t) for t in np.atleast_1d(np.asarray(save_weights_at, dtype=float))}))
-    if any(t < 0 or t > steps for t in save_at) or not np.all(np.mod(np.atleast_1d(np.asarray(save_weights_at, float)), 1) == 0):
+    try:
+        req = np.atleast_1d(np.asarray(save_weights_at, dtype=float)).ravel()
+    except (TypeError, ValueError):
+        req = np.asarray([np.nan])
+    if not np.all(np.isfinite(req)) or np.any(np.mod(req, 1) != 0) or np.any((req < 0) | (req > steps)):
         raise ProblemError(f"save_weights_at must be integer steps in [0, steps={steps}] (got {save_weights_at!r}).")
+    save_at = tuple(sorted({int(t) for t in req}))
     if n_pad is not None and (not isinstance(n_pad, (int, np.integer)) or n_pad < n):
         raise ProblemError(f"n_pad must be an int >= n = round(delta*d) = {n} (got {n_pad!r}).")
     n_arr = n if n_pad is None else int(n_pad)

@@ -145,5 +145,6 @@ def test_weights_saved_along_one_run_equal_shorter_runs():
             continue
         np.testing.assert_allclose(np.asarray(long.W_at[:, c]), np.asarray(short.W), rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(np.asarray(long.a_at[:, c]), np.asarray(short.a), rtol=1e-12, atol=1e-15)
-    with pytest.raises(dmft.ProblemError, match="save_weights_at"):
-        dmft.simulate(prob, steps=7, save_weights_at=(8,), **kw)
+    for bad in ((8,), (2.5,), ("x",), (-1,)):
+        with pytest.raises(dmft.ProblemError, match="save_weights_at"):
+            dmft.simulate(prob, steps=7, save_weights_at=bad, **kw)
