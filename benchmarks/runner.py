@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import json
+import os
 import pathlib
 import platform
 import sys
@@ -56,8 +57,8 @@ def provenance(mode: str) -> dict:
         device=str(devs[0].device_kind),
         device_count=len(devs),
         machine=platform.machine(),
-        cpu_count=__import__("os").cpu_count(),
-        concurrent_benchmark_processes=int(__import__("os").environ.get(JOBS_ENV, "1")),
+        cpu_count=os.cpu_count(),
+        concurrent_benchmark_processes=int(os.environ.get(JOBS_ENV, "1")),
     )
 
 
@@ -214,7 +215,6 @@ def _process_compile_cache():
     CPU, the same δ_NN to the last digit). Nothing survives the process: every run starts cold, so
     the measured wall time is that of a fresh checkout."""
     import atexit
-    import os
     import shutil
     import tempfile
 
@@ -254,7 +254,6 @@ def run_parallel(names, mode: str, outdir: pathlib.Path | None, jobs: int) -> in
     compilation, ~half the quick suite's time, is single-threaded), so two workers use the idle
     core. Timings inside a benchmark are then contended: ``provenance.concurrent_benchmark_processes``
     records it."""
-    import os
     import shutil
     import subprocess
     import tempfile
@@ -303,8 +302,6 @@ def main(argv=None):
     elif a.cmd == "report":
         print(write_results_md())
     else:
-        import os
-
         mode = "quick" if a.quick else "full" if a.full else "standard"
         worker = CACHE_ENV in os.environ    # a worker of run_parallel never spawns workers itself
         jobs = a.jobs if a.jobs is not None else (min(2, os.cpu_count() or 1) if a.quick and not worker else 1)
