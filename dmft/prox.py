@@ -3,7 +3,8 @@
 ``prox(b) = argmin_r φ(r)``, ``φ(r) = ½(r − b)ᵀV^{-1}(r − b) + ℓ(y, F(r; a))``; its
 stationarity condition is ``r + V g(r; a) = b`` with ``g = ∇_r ℓ``. The minimizer is found by
 Newton on ``∇²φ = V^{-1} + D`` with a positive-definite shift (Levenberg–Marquardt, batched
-m×m eigendecompositions) and backtracking on φ; the derivative is never taken through that
+m×m eigendecompositions by unrolled Jacobi, :mod:`dmft.small_linalg` — not LAPACK, whose
+batched CPU kernels can deadlock XLA's thread pool) and backtracking on φ; the derivative is never taken through that
 loop: differentiating the stationarity condition gives
 
     (I + V D) dr = db − dV g − V (∂g/∂a da + ∂g/∂θ dθ)     (D = ∇²_r ℓ at r, θ the problem's parameters)
@@ -21,8 +22,17 @@ import jax
 import jax.numpy as jnp
 
 from .problem import Problem, sample_grad, sample_grad_a, sample_hessian
+from .small_linalg import SMALL_MAX_M, eigh_small, solve_small
 
 STEP_FRACTIONS = (1.0, 0.5, 0.25, 0.125, 1.0 / 32)
+
+
+def _eigh(A):
+    return eigh_small(A) if A.shape[-1] <= SMALL_MAX_M else jnp.linalg.eigh(A)
+
+
+def _solve(M, R):
+    return solve_small(M, R) if M.shape[-1] <= SMALL_MAX_M else jnp.linalg.solve(M, R)
 
 
 def _sym(x):
@@ -64,8 +74,8 @@ def make_prox(problem: Problem, y, newton_steps: int):
 
         def body(r, _):
             gphi = (r - b) @ Vinv + grad_r(y, r, a)
-            ev, U = jnp.linalg.eigh(Vinv + hess_r(y, r, a))
-            shift = jnp.maximum(1e-8 * jnp.abs(ev[:, -1:]) - ev[:, :1], 0.0) * 2.0
+            ev, U = _eigh(Vinv + hess_r(y, r, a))
+            shift = jnp.maximum(1e-8 * jnp.abs(jnp.max(ev, -1, keepdims=True)) - jnp.min(ev, -1, keepdims=True), 0.0) * 2.0
             step = jnp.einsum("nij,nj->ni", U, jnp.einsum("nji,nj->ni", U, gphi) / (ev + shift))
             f0 = phi(r)
             cands = jnp.stack([r - s * step for s in STEP_FRACTIONS])
@@ -99,7 +109,7 @@ def make_prox(problem: Problem, y, newton_steps: int):
         g_dot = jax.jvp(lambda aa, dd: maps(dd)["grad_r"](y, r, aa), (a, dyn_), (da, ddyn))[1]
         rhs = db - g @ dV.T - g_dot @ V.T
         J = jnp.eye(V.shape[-1], dtype=V.dtype) + jnp.einsum("ij,njk->nik", V, f["hess_r"](y, r, a))
-        return r, jnp.linalg.solve(J, rhs[..., None])[..., 0]
+        return r, _solve(J, rhs[..., None])[..., 0]
 
     def prox(b, V, a, r0):
         return prox_(b, V, a, r0, dyn)

@@ -29,9 +29,9 @@ import numpy as np
 
 from ._errors import (MAX_ITERS, NO_EDGE, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT, WRONG_BRANCH,
                       SpectralError, check_status, is_concrete)
-from ._linalg import solve_small
+from dmft.small_linalg import SMALL_MAX_M, eigvalsh_small, solve_small
 
-SMALL_SOLVE_MAX_M = 8   # batched tiny solves as unrolled vectorized Gauss–Jordan (LAPACK per-matrix calls are slow under vmap)
+SMALL_SOLVE_MAX_M = SMALL_MAX_M   # per-sample solves/eigenvalues unrolled in jnp (dmft/small_linalg.py: speed, and no LAPACK thread-pool deadlock)
 from .law import SIDES, BlockLaw, for_jit, truncate
 
 # ------------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ def stieltjes(law: BlockLaw, lam, delta, eps=1e-3, *, tol=1e-10, max_steps=100, 
 
 @eqx.filter_jit
 def _stieltjes_grid(law, lam, delta, eps, tol, max_steps, damping, solver, stages, batch=None):
-    ev = jnp.linalg.eigvalsh(law.D)
+    ev = eigvalsh_small(jax.lax.stop_gradient(law.D))   # bracket only
     spread = jnp.max(ev) - jnp.min(ev)
     f = lambda l, d, e: _stieltjes_one(law, l, d, e, tol, max_steps, damping, solver, stages, spread)
     if batch is None or batch >= lam.shape[0]:
@@ -256,7 +256,7 @@ def _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver):
 
 def _far_point(law, delta, side):
     """A λ far outside the support on ``side`` (0 bottom, 1 top) and a point inside its hull."""
-    ev = jnp.linalg.eigvalsh(law.D)
+    ev = eigvalsh_small(jax.lax.stop_gradient(law.D))   # bracket only
     c_lo, c_hi = jnp.min(ev), jnp.max(ev)
     f = (1.0 + 1.0 / jnp.sqrt(delta)) ** 2
     span = (c_hi - c_lo) * f + 1.0
