@@ -160,6 +160,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
              spectrum="spectral.hard_outlier_at_state, dense eigh of the (d·m)² Hessian, k=6", reference=ref)
     if mode == "quick":
         S.update(d=200, seeds=3, steps=100, grid=[0.8, 1.2, 1.6, 2.0])
+    elif mode == "full":   # enough paired seeds to resolve the hard-weight area (per-seed s.d. ≈ 0.025 at 6 seeds)
+        S.update(seeds=32)
     fam_fn = fam.staircase_family(S["family"])
     data, perf = {}, []
     for name, c in S["activations"].items():

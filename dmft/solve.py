@@ -50,6 +50,7 @@ import numpy as np
 
 from .problem import Problem, ProblemError, Tracer, check_finite_maps
 from .prox import per_sample_maps
+from .small_linalg import eigvalsh_small
 
 MIN_PATHS = 64
 
@@ -382,7 +383,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         # per-path local stability of the effective single-sample GD: step η_t λ_max(G^t)/δ
         # (> 2 means that path oscillates and diverges; with unbounded curvature this happens
         # for rare tail paths, which then dominate the averages)
-        lmax = jnp.linalg.eigvalsh(0.5 * (G_t + jnp.swapaxes(G_t, -1, -2)))[:, -1]
+        lmax = eigvalsh_small(G_t)[:, -1]   # per path: unrolled jnp, not batched LAPACK (dmft/small_linalg.py)
         curv = eta[t] * lmax / delta
         finite = (
             jnp.all(jnp.isfinite(Gam_row)) & jnp.all(jnp.isfinite(Cg_row)) & jnp.all(jnp.isfinite(C_next))
