@@ -89,3 +89,29 @@ def test_prox_newton_nonconvex_tanh_same_steps_as_with_lapack_and_local_minima(m
             stationary += 1
             assert np.linalg.eigvalsh(np.asarray(jax.hessian(phi)(jnp.asarray(r[i]), i))).min() > 0
     assert stationary >= N - 2          # measured: 15 of 16 (one sample still descending after 40 steps)
+
+
+def _batched_lapack_calls(hlo_text):
+    import re
+    calls = re.findall(r'custom_call @(lapack_\w+)\(.*?num_batch_dims = "(\d+)"', hlo_text)
+    assert calls or "lapack" not in hlo_text          # the pattern still matches jaxlib's text format
+    return [(name, int(nb)) for name, nb in calls if int(nb) > 0]
+
+
+def test_per_path_programs_contain_no_batched_lapack_calls():
+    """Guard for the deadlock documented in dmft/small_linalg.py: the prox Newton (with its JVP)
+    and the dynamic DMFT step must not hand a per-path batch to a LAPACK kernel (only unbatched
+    m×m / (T·m)² factorizations of kernels)."""
+    import importlib
+
+    from dmft.prox import make_prox
+    solve_mod = importlib.import_module("dmft.solve")
+    N = 4096
+    problem = _two_layer(jnp.tanh, 2)
+    prox = make_prox(problem, jnp.zeros(N), newton_steps=3)
+    f = lambda b, V, a, r0: jax.jvp(lambda bb: prox(bb, V, a, r0), (b,), (b,))   # noqa: E731
+    txt = jax.jit(f).lower(jnp.zeros((N, 2)), jnp.eye(2), jnp.ones(2), jnp.zeros((N, 2))).as_text()
+    assert _batched_lapack_calls(txt) == []
+    txt = jax.jit(lambda key: solve_mod._solve_core(problem, 2.0, 0.2, key, 3, N, (), (), 1e-10)).lower(
+        jax.random.key(0)).as_text()
+    assert _batched_lapack_calls(txt) == []
