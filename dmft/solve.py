@@ -383,7 +383,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         # per-path local stability of the effective single-sample GD: step η_t λ_max(G^t)/δ
         # (> 2 means that path oscillates and diverges; with unbounded curvature this happens
         # for rare tail paths, which then dominate the averages)
-        lmax = eigvalsh_small(G_t)[:, -1]   # per path: unrolled jnp, not batched LAPACK (dmft/small_linalg.py)
+        lmax = eigvalsh_small(jax.lax.stop_gradient(G_t))[:, -1]   # diagnostic; per path: unrolled jnp, not batched LAPACK
         curv = eta[t] * lmax / delta
         finite = (
             jnp.all(jnp.isfinite(Gam_row)) & jnp.all(jnp.isfinite(Cg_row)) & jnp.all(jnp.isfinite(C_next))
