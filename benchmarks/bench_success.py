@@ -168,8 +168,10 @@ def figure(S, data, eng, outdir):
         if ref:
             ax[2].axhline(ref["value"][-1], color=f"C{j}", ls="--", lw=1,
                           label=f"{act}: DMFT δ*(t·η={ref['physical_time'][-1]:g}) ± {ref['stderr'][-1]:.2f} (not converged)")
-    for r in eng.get("quadratic", {}).get("first_phase_delta_star_d", []):
-        ax[2].plot(np.log(r["d"]), r["value"], "C2^", ms=5)
+    fp = eng.get("quadratic", {}).get("first_phase_delta_star_d", [])
+    for i, r in enumerate(fp):
+        ax[2].plot(np.log(r["d"]), r["value"], "C2^", ms=5,
+                   label=None if i else "quadratic: finite-d first-phase δ*_d (hard weight below the edge = 1/4, first_phase.json)")
     ax[2].set_xlabel("log d")
     ax[2].set_ylabel("δ")
     ax[2].set_title("50% point against log d (strict limit: no threshold)", fontsize=9)
@@ -188,6 +190,11 @@ def figure(S, data, eng, outdir):
     fig.tight_layout()
     fig.savefig(pathlib.Path(outdir) / f"{NAME}.png", dpi=110)
     plt.close(fig)
+
+
+def replot(res: dict, outdir: pathlib.Path):
+    """The figure again from a result JSON of this benchmark (no simulation)."""
+    figure(res["setting"], res["data"]["rows"], res["data"]["engine"], outdir)
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:

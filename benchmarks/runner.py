@@ -278,6 +278,17 @@ def run_parallel(names, mode: str, outdir: pathlib.Path | None, jobs: int) -> in
     return failed
 
 
+def replot(name: str, outdir: pathlib.Path = RESULTS) -> pathlib.Path:
+    """Redraw ``name``'s figure from ``outdir/<name>.json`` without running it (only for
+    benchmarks whose module defines ``replot(res, outdir)``)."""
+    mod = importlib.import_module(f"benchmarks.bench_{name}")
+    if not hasattr(mod, "replot"):
+        raise SystemExit(f"benchmark {name!r} has no replot(res, outdir); rerun it instead.")
+    res = json.loads((pathlib.Path(outdir) / f"{getattr(mod, 'NAME', name)}.json").read_text())
+    mod.replot(res, outdir)
+    return pathlib.Path(outdir) / res["figure"]
+
+
 def main(argv=None):
     import argparse
 
@@ -296,9 +307,14 @@ def main(argv=None):
     r.add_argument("--no-report", action="store_true", help="do not regenerate RESULTS.md")
     sub.add_parser("report", help="regenerate RESULTS.md from the JSON files")
     sub.add_parser("list", help="list benchmarks")
+    rp = sub.add_parser("replot", help="redraw a benchmark's figure from its JSON (benchmarks that define replot)")
+    rp.add_argument("name")
+    rp.add_argument("--outdir", type=pathlib.Path, default=RESULTS)
     a = ap.parse_args(argv)
     if a.cmd == "list":
         print("\n".join(discover()))
+    elif a.cmd == "replot":
+        print(replot(a.name, a.outdir))
     elif a.cmd == "report":
         print(write_results_md())
     else:

@@ -328,3 +328,13 @@ def test_every_committed_result_ran_ok():
         if isinstance(res, dict) and "status" in res and res["status"] != "ok":
             bad.append(f"{p.relative_to(RESULTS)}: {res['status']} ({str(res.get('error'))[:120]})")
     assert not bad, "benchmark results with a failed run:\n" + "\n".join(bad)
+
+
+def test_replot_redraws_a_figure_from_the_committed_json(tmp_path):
+    import shutil
+
+    shutil.copy(RESULTS / "success.json", tmp_path / "success.json")
+    png = runner.replot("success", tmp_path)
+    assert png == tmp_path / "success.png" and png.stat().st_size > 10_000
+    with pytest.raises(SystemExit, match="no replot"):
+        runner.replot("smoke", tmp_path)
