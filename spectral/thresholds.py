@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from typing import Callable, Optional
 
 import jax
@@ -254,7 +255,9 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
                 root = _root_on_grid(grid, coarse.margin[:, j])[0] if r == 0 else np.nan
             per[r, j] = root
     ds = np.nanmean(per, axis=0)
-    se = np.nanstd(per, axis=0, ddof=1) / np.sqrt(np.sum(np.isfinite(per), axis=0)) if repeats > 1 else np.full(len(times), np.nan)
+    with warnings.catch_warnings():   # < 2 finite repeats at some time: s.e. nan, said in the message (lost_note)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        se = np.nanstd(per, axis=0, ddof=1) / np.sqrt(np.sum(np.isfinite(per), axis=0)) if repeats > 1 else np.full(len(times), np.nan)
     # stationarity of the first phase: train error and δ*(t) over the last half of the horizon
     tr = coarse.train_error
     half = steps // 2
@@ -262,20 +265,24 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     late = [j for j, t in enumerate(times) if t >= half]
     ds_change = float(np.nanmax(np.abs(ds[late] - ds[late[-1]]) / ds[late[-1]])) if len(late) >= 2 and np.isfinite(ds[late[-1]]) else np.inf
     converged = tr_change < stationarity_tol and ds_change < stationarity_tol
+    lost = np.sum(~np.isfinite(per), axis=0)   # repeats whose fine margins do not change sign at that time
+    lost_note = (f"; {int(lost[-1])} of {repeats} repeats have no root in the refine grid at t={times[-1]} (the mean "
+                 f"and s.e. use the others{', so no s.e.' if repeats - lost[-1] < 2 else ''})" if lost[-1] else "")
     if converged:
         dnn, dnn_se, status = float(ds[-1]), float(se[-1]), "converged"
         msg = (f"δ_NN ≈ δ*(t={times[-1]}) = {ds[-1]:.4g} ± {se[-1]:.2g}: train error changed {tr_change:.2%} and δ*(t) "
-               f"{ds_change:.2%} over the last half of the horizon")
+               f"{ds_change:.2%} over the last half of the horizon" + lost_note)
     else:
         dnn, dnn_se, status = None, None, "not-converged"
         msg = (f"first phase not converged within {steps} steps (train error changed {tr_change:.2%}, δ*(t) changed "
                f"{ds_change:.2%} over the last half; tolerance {stationarity_tol:.0%}): δ*(t) is reported as a curve, "
-               "δ_NN is not; increase steps/lr")
+               "δ_NN is not; increase steps/lr" + lost_note)
     setting = dict(grid=grid.tolist(), refine_grid=fine.tolist(), lr=float(np.asarray(lr).mean()), steps=int(steps),
                    times=list(times), paths=int(paths), repeats=int(repeats), convention=convention, d=d,
                    stationarity_tol=stationarity_tol, level=negative_level(problem, level),
                    criterion=_criterion(problem, level))
     diag = dict(train_error_change_last_half=tr_change, delta_star_change_last_half=ds_change,
+                repeats_without_root=lost.tolist(),
                 coarse_margin=coarse.margin.tolist(), fine_margins=fine_curves, notes=coarse.notes[:10],
                 wall_s=time.perf_counter() - t0)
     return DeltaStarResult(times=times, delta_star=ds, delta_star_stderr=se, per_repeat=per, bracket=brackets,
