@@ -30,3 +30,21 @@ def test_committed_design_spectral_rows_reproduce():
     for name in ("softplus", "designed"):
         assert np.asarray(data[name]["hw"]).shape == (len(S["grid"]), S["seeds"])
     assert json.loads(json.dumps(accuracy_rows(S, data, S["reference"]))) == res["accuracy"]
+
+
+def test_committed_design_reference_rows_and_gelu_against_finite_d():
+    """bench_design_reference: its rows recompute from its data and design.json; and GeLU's DMFT
+    δ*(t·η = 200) (dynamic route) agrees within 3 combined s.e. with GeLU's finite-d threshold from
+    the GD states of design_spectral.json (two committed runs, compared here)."""
+    from benchmarks.bench_design_reference import accuracy_rows
+    from benchmarks.bench_design_spectral import crossing_stats
+
+    ref = json.loads((RES.parent / "design_reference.json").read_text())
+    design = json.loads((RES.parent / "design.json").read_text())
+    assert json.loads(json.dumps(accuracy_rows(ref["setting"], ref["data"], design))) == ref["accuracy"]
+    assert all(r["agree"] for r in ref["accuracy"])
+    spec = json.loads(RES.read_text())
+    g = spec["data"]["gelu"]
+    c = crossing_stats(g["grid"], np.asarray(g["margin"]))
+    th, th_se = ref["data"]["gelu"]["delta_star"][-1], ref["data"]["gelu"]["delta_star_stderr"][-1]
+    assert abs(th - c["crossing"]) <= 3 * np.hypot(th_se, c["crossing_stderr"])
