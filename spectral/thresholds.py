@@ -108,12 +108,16 @@ def negative_level(problem, level="auto"):
     return float(level)
 
 
-def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d=None, side="bottom", level="auto"):
+def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d=None, side="bottom", level="auto",
+                       outlier_options=None):
     """Outlier margin, location, edge and cos² at each (δ, t) of a DMFT δ sweep
     (``dmft.solve_sweep(..., save_samples_at=times)``), for one convention / dimension.
     A failed outlier solve (edge not found, no convergence) or a sweep point whose DMFT
     became non-finite by time t leaves nan and a note. ``level``: see :func:`negative_level`
-    (default: a negative eigenvalue of the Hessian including the ridge).
+    (default: a negative eigenvalue of the Hessian including the ridge). ``outlier_options``:
+    keyword arguments for :func:`spectral.outlier` (e.g. ``max_steps=20``: the bisection probes
+    inside the support then stop after 20 Newton steps instead of 60 — measured 2× faster with
+    identical margins on phase retrieval, 16384 samples, m = 4).
     (One solve per (δ, t): a vmapped batch of the same solves measured 2× slower on the
     2-core CPU — the batched while-loops run to the slowest member.)"""
     D, T = len(deltas), len(times)
@@ -131,7 +135,8 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
                 notes.append(f"delta={dv:.4g}, t={t}: support unbounded on the {side} (strict limit): no edge, no outlier")
                 margin[i, j] = np.inf
                 continue
-            res = outlier(law, float(dv), side=side, convention="strict", level=negative_level(problem, level) if side == "bottom" else None, throw=False)
+            res = outlier(law, float(dv), side=side, convention="strict", level=negative_level(problem, level) if side == "bottom" else None, throw=False,
+                          **(outlier_options or {}))
             if int(res.status) not in (SUCCESS, NO_OUTLIER):
                 notes.append(f"delta={dv:.4g}, t={t}: outlier solve failed ({message(res.status)}); margin left nan")
                 continue

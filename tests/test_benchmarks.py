@@ -338,3 +338,33 @@ def test_replot_redraws_a_figure_from_the_committed_json(tmp_path):
     assert png == tmp_path / "success.png" and png.stat().st_size > 10_000
     with pytest.raises(SystemExit, match="no replot"):
         runner.replot("smoke", tmp_path)
+
+
+def test_committed_finite_n_is_consistent():
+    """The committed finite-n benchmark (phase retrieval, quadratic m = 4): δ*_n(t) per key are the
+    first sign changes of the stored margins, the finite-d δ*_d(t) the crossings of the stored
+    seed-mean hard weights, the paths really exceed n (the point of the benchmark), the strict
+    limit has no edge, and the accuracy rows are recomputed from the stored data exactly."""
+    res = _load("finite_n")
+    S, data = res["setting"], res["data"]
+    from benchmarks.bench_finite_n import accuracy_rows
+    from benchmarks.bench_first_phase import _crossing
+    from spectral.thresholds import _root_on_grid
+
+    grid = np.asarray(S["grid"])
+    for k in data["theory"]["per_key"]:
+        assert k["strict_margin_first_point"] == np.inf
+        for d in S["ds"]:
+            m = np.asarray(k[str(d)]["margin"])
+            assert m.shape == (len(grid), len(S["times"]))
+            roots = [_root_on_grid(grid, m[:, j])[0] for j in range(len(S["times"]))]
+            np.testing.assert_array_equal(roots, k[str(d)]["delta_star"])
+            assert min(k[str(d)]["paths_over_n"]) > 2.0
+    for d in S["ds"]:
+        hw = np.asarray(data["simulation"][str(d)]["hard_weight_below_edge"])
+        for j in range(len(S["times"])):
+            v = _crossing(S["grid"], hw[j].mean(-1))
+            assert (np.isnan(v) and np.isnan(data["simulation"][str(d)]["delta_star_d"][j]["value"])) or \
+                v == pytest.approx(data["simulation"][str(d)]["delta_star_d"][j]["value"], abs=1e-12)
+    again = accuracy_rows(data, S)
+    assert json.dumps(again, sort_keys=True) == json.dumps(res["accuracy"], sort_keys=True)
