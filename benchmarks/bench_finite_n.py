@@ -28,7 +28,7 @@ Measured (standard, 2026-12-02, CPU, 2086 s: 16384 paths, 2 keys, GD 4 seeds, η
 δ*_n(t·η = 2.4) = 3.52 ± 0.02, 3.79 ± 0.01, 3.93 ± 0.07 at d = 250, 500, 1000 against finite-d
 δ*_d = 2.96 ± 0.19, 3.76 ± 0.19, 4.23 ± 0.05; δ*_n(t·η = 4.8) = 4.22 ± 0.10, 4.53 ± 0.07, 4.59 (one
 key: the other has no root below δ = 5) against 4.04 ± 0.16, 4.39 ± 0.24, 4.50 ± 0.14. Both rise with
-d (the log n correction; the strict limit has no threshold at all). Edges: 10 of 12 rows within
+d (the log n correction; the strict limit has no threshold at all). Edges: 11 of 12 rows within
 3 s.e.; the slope per unit log d at t·η = 2.4 is −0.029 ± 0.007 (theory) vs −0.076 ± 0.008 (GD):
 the finite-d edge descends faster than the truncated law's. The δ*_d s.e. is the bootstrap over
 seeds only; the linear interpolation on a grid of spacing 0.5–1 adds an unquantified part.
