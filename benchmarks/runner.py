@@ -1,6 +1,6 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two workers, measured 660 s; written to
+Three sizes (``MODES``): ``quick`` (~14 min for the whole suite on a 2-core CPU with two workers, measured 858 s on 2026-12-02 with 24 benchmarks; written to
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
 with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
 worker processes, see ``run_parallel``), ``standard``
@@ -296,7 +296,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="reduced sizes, ~11 min on 2 cores (2 workers); writes results/quick/")
+    g.add_argument("--quick", action="store_true", help="reduced sizes, ~14 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
     g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~35 min on 2 cores)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
