@@ -52,6 +52,7 @@ from spectral.thresholds import _root_on_grid, margins_from_sweep
 
 from .bench_delta_star_trend import problem
 from .bench_first_phase import LEVEL, _crossing
+from .bench_success_bounded import weighted_line
 
 NAME = "finite_n"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -77,12 +78,8 @@ def _bootstrap_crossing(grid, w_seeds, draws=400, seed=0):
 
 def _slope(x, y, se):
     """Weighted least-squares slope of y on x (weights 1/se²) and its s.e."""
-    x, y, se = (np.asarray(v, float) for v in (x, y, se))
-    w = 1.0 / np.maximum(se, 1e-12) ** 2
-    xm = np.sum(w * x) / w.sum()
-    sxx = np.sum(w * (x - xm) ** 2)
-    b = np.sum(w * (x - xm) * (y - np.sum(w * y) / w.sum())) / sxx
-    return float(b), float(1.0 / np.sqrt(sxx))
+    beta, cov, _ = weighted_line(x, y, np.maximum(np.asarray(se, float), 1e-12))
+    return float(beta[1]), float(np.sqrt(cov[1, 1]))
 
 
 def _row(q, th, th_se, sim, sim_se, d, seeds, k=3.0):
@@ -188,23 +185,24 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         sim[str(d)] = dict(constrained_edge=ce.tolist(), bottom_eigenvalue=ev0.tolist(), hard_weight_below_edge=hw.tolist(),
                            delta_star_d=cross)
 
+    def edges(j, dv):
+        """Bottom edge per d at (time index j, δ): theory mean, s.e. over keys; GD mean, s.e. over seeds."""
+        i = S["grid"].index(dv)
+        th = [[k[str(d)]["edge"][i][j] for k in per_key] for d in S["ds"]]
+        gd = [sim[str(d)]["constrained_edge"][j][i] for d in S["ds"]]
+        return [np.mean(v) for v in th], [_se(v) for v in th], [np.mean(v) for v in gd], [_se(v) for v in gd]
+
     slopes = {}
-    i = S["grid"].index(S["edge_rows_at"][0])
     for j, t in enumerate(times):
-        th_e = [np.mean([k[str(d)]["edge"][i][j] for k in per_key]) for d in S["ds"]]
-        th_se = [max(_se([k[str(d)]["edge"][i][j] for k in per_key]), 1e-4) for d in S["ds"]]
-        sm = [np.mean(sim[str(d)]["constrained_edge"][j][i]) for d in S["ds"]]
-        ss = [_se(sim[str(d)]["constrained_edge"][j][i]) for d in S["ds"]]
-        slopes[str(t)] = dict(theory=_slope(np.log(S["ds"]), th_e, th_se), simulation=_slope(np.log(S["ds"]), sm, ss))
+        th_e, th_se, sm, ss = edges(j, S["edge_rows_at"][0])
+        slopes[str(t)] = dict(theory=_slope(np.log(S["ds"]), th_e, np.maximum(th_se, 1e-4)),
+                              simulation=_slope(np.log(S["ds"]), sm, ss))
     data = dict(theory=theory, simulation=sim, edge_slope_per_log_d=slopes)
 
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     for j, t in enumerate(times):
         for dv in S["edge_rows_at"]:
-            i = S["grid"].index(dv)
-            th_e = [np.mean([k[str(d)]["edge"][i][j] for k in per_key]) for d in S["ds"]]
-            sm = [np.mean(sim[str(d)]["constrained_edge"][j][i]) for d in S["ds"]]
-            ss = [_se(sim[str(d)]["constrained_edge"][j][i]) for d in S["ds"]]
+            th_e, _, sm, ss = edges(j, dv)
             l, = ax[0].plot(S["ds"], th_e, "-", label=f"finite-n DMFT, t·η={t * S['lr']:g}, δ={dv:g}")
             ax[0].errorbar(S["ds"], sm, ss, fmt="o", color=l.get_color(), label="finite-d GD (constrained edge)")
     ax[0].set_xscale("log")

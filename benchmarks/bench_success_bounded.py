@@ -80,6 +80,17 @@ def _engine():
 TREND_X = {"1/sqrt(d)": lambda d: 1 / np.sqrt(d), "log d": np.log}
 
 
+def weighted_line(x, y, s):
+    """Least-squares line ``y ≈ β0 + β1 x`` with weights 1/s²: (β, covariance of β, χ²)."""
+    x, y, s = (np.asarray(v, float) for v in (x, y, s))
+    A = np.stack([np.ones_like(x), x], 1)
+    w = 1 / s**2
+    cov = np.linalg.inv(A.T @ (A * w[:, None]))
+    beta = cov @ (A.T @ (w * y))
+    chi2 = float(np.sum(w * (y - A @ beta) ** 2))
+    return beta, cov, chi2
+
+
 def trend_fit(rows, x="1/sqrt(d)"):
     """Weighted linear fit of the 50% point in ``x`` = 1/√d (default; the intercept is then the
     d → ∞ extrapolation) or log d (weights 1/s.e.²) over the d whose 50% point is finite: intercept
@@ -91,13 +102,7 @@ def trend_fit(rows, x="1/sqrt(d)"):
                slope=None, slope_stderr=None, chi2=None, dof=None)
     if len(ok) < 2:
         return out
-    x = TREND_X[x](np.asarray(out["ds"], float))
-    y, s = np.asarray(out["delta_50"]), np.asarray(out["delta_50_stderr"])
-    A = np.stack([np.ones_like(x), x], 1)
-    w = 1 / s**2
-    cov = np.linalg.inv(A.T @ (A * w[:, None]))
-    beta = cov @ (A.T @ (w * y))
-    chi2 = float(np.sum(w * (y - A @ beta) ** 2))
+    beta, cov, chi2 = weighted_line(TREND_X[x](np.asarray(out["ds"], float)), out["delta_50"], out["delta_50_stderr"])
     out.update(intercept=float(beta[0]), intercept_stderr=float(np.sqrt(cov[0, 0])), slope=float(beta[1]),
                slope_stderr=float(np.sqrt(cov[1, 1])), chi2=chi2, dof=len(ok) - 2)
     return out
