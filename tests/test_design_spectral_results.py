@@ -4,6 +4,7 @@ import json
 import pathlib
 
 import numpy as np
+from helpers import assert_same_json
 import pytest
 
 RES = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "design_spectral.json"
@@ -29,7 +30,7 @@ def test_committed_design_spectral_rows_reproduce():
     S, data = res["setting"], res["data"]
     for name in ("softplus", "designed"):
         assert np.asarray(data[name]["hw"]).shape == (len(S["grid"]), S["seeds"])
-    assert json.loads(json.dumps(accuracy_rows(S, data, S["reference"]))) == res["accuracy"]
+    assert_same_json(accuracy_rows(S, data, S["reference"]), res["accuracy"])
 
 
 def test_committed_design_reference_rows_and_gelu_against_finite_d():
@@ -41,7 +42,7 @@ def test_committed_design_reference_rows_and_gelu_against_finite_d():
 
     ref = json.loads((RES.parent / "design_reference.json").read_text())
     design = json.loads((RES.parent / "design.json").read_text())
-    assert json.loads(json.dumps(accuracy_rows(ref["setting"], ref["data"], design))) == ref["accuracy"]
+    assert_same_json(accuracy_rows(ref["setting"], ref["data"], design), ref["accuracy"])
     assert all(r["agree"] for r in ref["accuracy"])
     spec = json.loads(RES.read_text())
     g = spec["data"]["gelu"]
