@@ -268,8 +268,10 @@ def padded_size(n: int) -> int:
 
 
 def for_jit(law: BlockLaw) -> BlockLaw:
-    """The law as the jitted solvers take it: an empty provenance string (``source`` is a static
-    field, so laws with different provenance would recompile the solver every time) and the
+    """The law as the jitted solvers take it: an empty provenance string and no ``unbounded``
+    sides (both are static fields: laws with different provenance, or whose tail test
+    (``unbounded="auto"``) came out differently at another δ or t, would recompile the solver;
+    the sides are resolved into a convention before the jitted solve, which never reads them) and the
     sample axis padded to :func:`padded_size` with weight-0 copies of the first sample (a new
     sample count is a new shape, hence a new compilation: finite-n truncation and n = δd give
     a different count at every δ). Every solver quantity is a weighted mean over samples, and the
@@ -277,11 +279,11 @@ def for_jit(law: BlockLaw) -> BlockLaw:
     is the same law."""
     n = law.size
     pad = padded_size(n) - n
-    if law.source == "" and pad == 0:
+    if law.source == "" and law.unbounded == () and pad == 0:
         return law
     D, w, z = law.D, law.weights, law.zeta
     if pad:
         D = jnp.concatenate([D, jnp.broadcast_to(D[:1], (pad,) + D.shape[1:])])
         w = jnp.concatenate([w, jnp.zeros((pad,), w.dtype)])
         z = None if z is None else jnp.concatenate([z, jnp.broadcast_to(z[:1], (pad,) + z.shape[1:])])
-    return BlockLaw(D=D, weights=w, zeta=z, unbounded=law.unbounded, source="")
+    return BlockLaw(D=D, weights=w, zeta=z, unbounded=(), source="")

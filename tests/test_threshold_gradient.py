@@ -80,8 +80,10 @@ def test_threshold_gradient_matches_finite_differences():
     assert abs(fd) > 1e-2
     assert abs(float(res.gradient["beta"]) - fd) <= 1e-5 * abs(fd)
     # the derivative needs a converged fixed point: a clear error otherwise
+    # (an unreachable residual_tol takes the same path as an LM solve stopped early, without
+    # compiling the solve again for another max_iters)
     with pytest.raises(ThresholdGradientError, match="not converged"):
-        threshold_gradient(family, params, delta0=1.3, max_iters=1, **kw)
+        threshold_gradient(family, params, delta0=1.3, residual_tol=1e-30, start=res.state, **kw)
     # far from the root Newton does not wander off: no sign change within δ0·(1 ± window) is an error
     with pytest.raises(ThresholdGradientError, match="no sign change"):
         threshold_gradient(family, params, delta0=3.0, window=0.1, start=res.state, **kw)
