@@ -148,20 +148,25 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
 
 
 def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
-                 side="bottom", level="auto") -> MarginCurve:
+                 side="bottom", level="auto", pad_to: Optional[int] = None) -> MarginCurve:
     """DMFT δ sweep (one compilation, common random numbers) and the outlier margin at each
-    requested time. ``convention``: "strict" or "finite-n" (needs ``d``)."""
+    requested time. ``convention``: "strict" or "finite-n" (needs ``d``). ``pad_to``: run the
+    sweep at this many δ by repeating the last one (the extra points are solved but not
+    reported), so that sweeps of different lengths share one compiled DMFT program; each δ's
+    trajectory does not depend on the batch (measured bit-identical)."""
     import dmft
 
     if convention not in ("strict", "finite-n"):
         raise SpectralError(f"convention must be 'strict' or 'finite-n'; got {convention!r}.")
     times = tuple(int(t) for t in times)
     deltas = np.asarray(deltas, dtype=float)
-    traj = dmft.solve_sweep(problem, jnp.asarray(deltas), lr=lr, steps=steps, paths=paths, key=key,
+    n = len(deltas)
+    run = deltas if pad_to is None or pad_to <= n else np.concatenate([deltas, np.full(pad_to - n, deltas[-1])])
+    traj = dmft.solve_sweep(problem, jnp.asarray(run), lr=lr, steps=steps, paths=paths, key=key,
                             save_samples_at=times)
     margin, ev, edge, cos2, notes = margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d, side=side, level=level)
     return MarginCurve(deltas=deltas, times=times, margin=margin, eigenvalue=ev, edge=edge, cosine2=cos2,
-                       train_error=np.asarray(traj.train_error), test_error=np.asarray(traj.test_error),
+                       train_error=np.asarray(traj.train_error)[:n], test_error=np.asarray(traj.test_error)[:n],
                        convention=convention, notes=notes)
 
 
@@ -224,9 +229,12 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
         raise SpectralError("grid values (δ) must be > 0.")
     times = tuple(sorted(int(t) for t in times))
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
+    # one δ batch size for the coarse and the fine sweeps: one compilation of the DMFT program
+    # (the shorter sweeps repeat their last δ: at most |len(grid) − refine| extra solves per sweep)
+    batch = max(len(grid), int(refine))
     say(f"coarse δ sweep: {len(grid)} points x {len(times)} times")
     coarse = margin_curve(problem, grid, lr=lr, steps=steps, times=times, paths=paths, key=keys[0],
-                          convention=convention, d=d, level=level)
+                          convention=convention, d=d, level=level, pad_to=batch)
     brackets = np.array([_root_on_grid(grid, coarse.margin[:, j])[1:] for j in range(len(times))])
     ok = np.isfinite(brackets[:, 0])
     if not ok.any():
@@ -252,7 +260,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     for r, kr in enumerate(keys):
         say(f"refinement sweep {r + 1}/{repeats}: {refine} points in [{lo:.4g}, {hi:.4g}]")
         mc = margin_curve(problem, fine, lr=lr, steps=steps, times=times, paths=paths, key=kr,
-                          convention=convention, d=d, level=level)
+                          convention=convention, d=d, level=level, pad_to=batch)
         fine_curves.append(mc.margin.tolist())
         for j in range(len(times)):
             root, _, _ = _root_on_grid(fine, mc.margin[:, j])

@@ -141,7 +141,7 @@ def test_stationary_route_margins_and_no_bracket():
         spectral.delta_nn_stationary(pb, grid=[1.0, 2.0], paths=1024, key=jax.random.key(4), warmup=warm, repeats=1)
 
 
-def test_delta_star_says_when_a_repeat_has_no_root():
+def test_delta_star_says_when_a_repeat_has_no_root(monkeypatch):
     """A repeat whose fine margins never change sign is dropped from the mean; the result must
     say so (diagnostics and message), not just print '± nan'. Setting measured to lose repeat 2
     at every time (designed separation activation of design.json at 256 paths, T = 40)."""
@@ -152,8 +152,17 @@ def test_delta_star_says_when_a_repeat_has_no_root():
     c = json.loads((pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "design.json").read_text())
     P = fam.staircase_family("combination-normalized")(dict(c=jnp.asarray(c["diagnostics"]["design"]["params"], float),
                                                              width=jnp.asarray(1.0), ridge=jnp.asarray(0.3)))
+    sizes, sweep = [], dmft.solve_sweep
+
+    def recording_sweep(problem, deltas, **kw):
+        sizes.append(len(deltas))
+        return sweep(problem, deltas, **kw)
+
+    monkeypatch.setattr(dmft, "solve_sweep", recording_sweep)
     res = delta_star(P, grid=[0.8, 1.0, 1.2, 1.4, 1.6], lr=0.5, steps=40, times=(10, 20, 40), paths=256,
                      key=jax.random.key(7), convention="strict", refine=2, repeats=2, level="edge")
+    # the 2-point fine sweeps run padded to the coarse grid's 5 δ: one DMFT program, not two
+    assert sizes == [5, 5, 5] and res.setting["refine_grid"] and len(res.setting["refine_grid"]) == 2
     lost = np.sum(~np.isfinite(res.per_repeat), axis=0)
     assert res.diagnostics["repeats_without_root"] == lost.tolist()
     assert lost[-1] == 1 and np.isfinite(res.delta_star[-1]) and np.isnan(res.delta_star_stderr[-1])
