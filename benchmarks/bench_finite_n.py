@@ -89,6 +89,33 @@ def _row(q, th, th_se, sim, sim_se, d, seeds, k=3.0):
                 d=int(d), seeds=int(seeds), tolerance=tol, agree=ok)
 
 
+def finite_n_key(P, S, kk, perf):
+    """One Monte Carlo key: the DMFT δ sweep (key fold_in(key(S["key"]), kk)) with samples at
+    ``S["times"]``, then per d of ``S["ds"]`` the finite-n margins (n = δd) on the grid and δ*_n(t)
+    (first sign change, linear interpolation). Timings are appended to ``perf``.
+    Returns (trajectory, {str(d): record})."""
+    times = tuple(S["times"])
+    t0 = time.perf_counter()
+    traj = dmft.solve_sweep(P, jnp.asarray(S["grid"]), lr=S["lr"], steps=S["steps"], paths=S["paths"],
+                            key=jax.random.fold_in(jax.random.key(S["key"]), kk), save_samples_at=times, throw=False)
+    jax.block_until_ready(traj.train_error)
+    perf.append(dict(what=f"DMFT δ sweep ({len(S['grid'])} δ, T={S['steps']}, {S['paths']} paths), key {kk}",
+                     value=time.perf_counter() - t0, unit="s", ratio=None, note=jax.default_backend()))
+    out = {}
+    for d in S["ds"]:
+        t1 = time.perf_counter()
+        marg, ev, edge, cos2, notes = margins_from_sweep(P, traj, S["grid"], times, convention="finite-n", d=d,
+                                                         outlier_options=OUTLIER_OPTIONS)
+        roots = [_root_on_grid(np.asarray(S["grid"]), marg[:, j])[0] for j in range(len(times))]
+        out[str(d)] = dict(delta_star=roots, margin=marg.tolist(), edge=edge.tolist(), outlier=ev.tolist(),
+                           cosine2=cos2.tolist(), notes=notes[:5],
+                           paths_over_n=[S["paths"] / (dv * d) for dv in S["grid"]])
+        perf.append(dict(what=f"finite-n margins d={d} ({len(S['grid'])}x{len(times)} solves, {S['paths']} samples)",
+                         value=time.perf_counter() - t1, unit="s", ratio=None, note=jax.default_backend()))
+        print(f"   key {kk} d={d}: δ*_n(t) = {np.round(roots, 3)} ({time.perf_counter() - t1:.0f} s)", flush=True)
+    return traj, out
+
+
 def accuracy_rows(data, S) -> list:
     rows = []
     th, sim = data["theory"], data["simulation"]
@@ -135,24 +162,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     times = tuple(S["times"])
     perf, per_key = [], []
     for kk in S["keys"]:
-        t0 = time.perf_counter()
-        traj = dmft.solve_sweep(P, jnp.asarray(S["grid"]), lr=S["lr"], steps=S["steps"], paths=S["paths"],
-                                key=jax.random.fold_in(jax.random.key(S["key"]), kk), save_samples_at=times, throw=False)
-        jax.block_until_ready(traj.train_error)
-        perf.append(dict(what=f"DMFT δ sweep ({len(S['grid'])} δ, T={S['steps']}, {S['paths']} paths), key {kk}",
-                         value=time.perf_counter() - t0, unit="s", ratio=None, note=jax.default_backend()))
-        out = {}
-        for d in S["ds"]:
-            t1 = time.perf_counter()
-            marg, ev, edge, cos2, notes = margins_from_sweep(P, traj, S["grid"], times, convention="finite-n", d=d,
-                                                             outlier_options=OUTLIER_OPTIONS)
-            roots = [_root_on_grid(np.asarray(S["grid"]), marg[:, j])[0] for j in range(len(times))]
-            out[str(d)] = dict(delta_star=roots, margin=marg.tolist(), edge=edge.tolist(), outlier=ev.tolist(),
-                               cosine2=cos2.tolist(), notes=notes[:5],
-                               paths_over_n=[S["paths"] / (dv * d) for dv in S["grid"]])
-            perf.append(dict(what=f"finite-n margins d={d} ({len(S['grid'])}x{len(times)} solves, {S['paths']} samples)",
-                             value=time.perf_counter() - t1, unit="s", ratio=None, note=jax.default_backend()))
-            print(f"   key {kk} d={d}: δ*_n(t) = {np.round(roots, 3)} ({time.perf_counter() - t1:.0f} s)", flush=True)
+        traj, out = finite_n_key(P, S, kk, perf)
         strict = margins_from_sweep(P, traj, S["grid"][:1], times[:1], convention="strict")
         out["strict_margin_first_point"] = float(strict[0][0, 0])
         per_key.append(out)

@@ -369,3 +369,29 @@ def test_committed_finite_n_is_consistent():
                 v == pytest.approx(data["simulation"][str(d)]["delta_star_d"][j]["value"], abs=1e-12)
     again = accuracy_rows(data, S)
     assert_same_json(again, res["accuracy"])
+
+
+def test_committed_finite_n_early_is_consistent():
+    """The committed early-time finite-n benchmark: per-key δ*_n(t) are the first sign changes of the
+    stored margins, the key means / s.e. recompute, the paths exceed n, the GD side is success.json's
+    committed quadratic 50% points, and the accuracy rows recompute from the stored data."""
+    res = _load("finite_n_early")
+    S, data = res["setting"], res["data"]
+    from benchmarks.bench_finite_n_early import accuracy_rows, gd_fifty_percent_points, summary
+    from spectral.thresholds import _root_on_grid
+
+    grid = np.asarray(S["grid"])
+    per_key = data["theory"]["per_key"]
+    assert len(per_key) == len(S["keys"]) and 0 in S["times"]
+    for k in per_key:
+        for d in S["ds"]:
+            m = np.asarray(k[str(d)]["margin"])
+            assert m.shape == (len(grid), len(S["times"]))
+            roots = [_root_on_grid(grid, m[:, j])[0] for j in range(len(S["times"]))]
+            np.testing.assert_allclose(roots, k[str(d)]["delta_star"], rtol=1e-12)
+            if res["provenance"]["mode"] != "quick":
+                assert min(k[str(d)]["paths_over_n"]) > 2.0
+    assert_same_json(summary(per_key, S), data["theory"]["summary"])
+    gd = gd_fifty_percent_points()
+    assert {int(d): v for d, v in data["simulation"]["fifty_percent_point"].items()} == {d: list(v) for d, v in gd.items()}
+    assert_same_json(accuracy_rows(data["theory"]["summary"], gd, S), res["accuracy"])
