@@ -51,8 +51,8 @@ def test_lanczos_vs_eigh(net):
     ref_ov = np.sum(V[:2, [0, 1, 2, -3, -2, -1]] ** 2, axis=0)
     assert np.max(np.abs(ov - ref_ov)) < 1e-6
     # a Krylov space run to full dimension has no ghost copies of converged eigenvalues
-    full = spectral.lanczos_extreme(hvp, W.shape, 30, jax.random.key(4), which="smallest",
-                                    max_iters=H.shape[0], tol=1e-10, throw=False)
+    full = jax.jit(lambda key: spectral.lanczos_extreme(hvp, W.shape, 30, key, which="smallest",
+                                                        max_iters=H.shape[0], tol=1e-10, throw=False))(jax.random.key(4))
     assert int(full.ghosts) == 0
     assert np.max(np.abs(np.asarray(full.eigenvalues) - ev[:30])) < 1e-8
 
@@ -62,10 +62,11 @@ def test_lanczos_vmap_seeds_and_slq(net):
     ev = np.linalg.eigvalsh(H)
     hvp = spectral.hessian_vector_product(prob, X, y, a, W, method="blocks")
     keys = jax.random.split(jax.random.key(5), 3)
-    res = jax.vmap(lambda k: spectral.lanczos_extreme(hvp, W.shape, 1, k, which="smallest", tol=1e-10,
-                                                      throw=False))(keys)
+    # under jit, as a user runs it (eager, every jnp op of the loop set-up compiles on its own)
+    res = jax.jit(jax.vmap(lambda k: spectral.lanczos_extreme(hvp, W.shape, 1, k, which="smallest", tol=1e-10,
+                                                              throw=False)))(keys)
     assert res.eigenvalues.shape == (3, 1) and np.allclose(np.asarray(res.eigenvalues[:, 0]), ev[0], atol=1e-8)
-    slq = spectral.stochastic_lanczos_quadrature(hvp, W.shape, jax.random.key(6), probes=4, order=20)
+    slq = jax.jit(lambda k: spectral.stochastic_lanczos_quadrature(hvp, W.shape, k, probes=4, order=20))(jax.random.key(6))
     # CDF of the spectral measure at the median eigenvalue: Hutchinson error ~ 1/sqrt(probes·dim) ~ 0.04
     med = np.median(ev)
     assert abs(float(slq.cdf(med)) - 0.5) < 0.1
