@@ -59,6 +59,9 @@ class MarginCurve:
     test_error: np.ndarray  # (D, steps+1)
     convention: str
     notes: list
+    # (D,) max over steps of the fraction of Monte Carlo paths whose local GD step η·λ_max(D)/δ > 2
+    # (dmft.solve's ``unstable_fraction``): > 0 means the fixed-η dynamics diverges on rare samples at that δ
+    unstable_fraction: Optional[np.ndarray] = None
 
 
 def _slice(traj, i):
@@ -167,7 +170,8 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
     margin, ev, edge, cos2, notes = margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d, side=side, level=level)
     return MarginCurve(deltas=deltas, times=times, margin=margin, eigenvalue=ev, edge=edge, cosine2=cos2,
                        train_error=np.asarray(traj.train_error)[:n], test_error=np.asarray(traj.test_error)[:n],
-                       convention=convention, notes=notes)
+                       convention=convention, notes=notes,
+                       unstable_fraction=np.asarray(jnp.max(traj.unstable_fraction, axis=-1))[:n])
 
 
 def _criterion(problem, level):
@@ -256,12 +260,13 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     lo, hi = max(lo - pad, 0.5 * lo), hi + pad
     fine = np.linspace(lo, hi, refine)
     per = np.full((repeats, len(times)), np.nan)
-    fine_curves = []
+    fine_curves, fine_unstable = [], []
     for r, kr in enumerate(keys):
         say(f"refinement sweep {r + 1}/{repeats}: {refine} points in [{lo:.4g}, {hi:.4g}]")
         mc = margin_curve(problem, fine, lr=lr, steps=steps, times=times, paths=paths, key=kr,
                           convention=convention, d=d, level=level, pad_to=batch)
         fine_curves.append(mc.margin.tolist())
+        fine_unstable.append(mc.unstable_fraction.tolist())
         for j in range(len(times)):
             root, _, _ = _root_on_grid(fine, mc.margin[:, j])
             if not np.isfinite(root):  # root outside the fine grid for this key: fall back to coarse grid of this key
@@ -281,6 +286,10 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     lost = np.sum(~np.isfinite(per), axis=0)   # repeats whose fine margins do not change sign at that time
     lost_note = (f"; {int(lost[-1])} of {repeats} repeats have no root in the refine grid at t={times[-1]} (the mean "
                  f"and s.e. use the others{', so no s.e.' if repeats - lost[-1] < 2 else ''})" if lost[-1] else "")
+    unst = float(np.max(fine_unstable)) if fine_unstable else 0.0
+    if unst > 0:   # the roots come from the refine sweeps: say when their dynamics is locally unstable
+        lost_note += (f"; at some refine-grid δ a fraction {unst:.2g} of the Monte Carlo paths has a locally unstable GD "
+                      "step (η·λ_max(D)/δ > 2; those paths diverge): reduce lr")
     if converged:
         dnn, dnn_se, status = float(ds[-1]), float(se[-1]), "converged"
         msg = (f"δ_NN ≈ δ*(t={times[-1]}) = {ds[-1]:.4g} ± {se[-1]:.2g}: train error changed {tr_change:.2%} and δ*(t) "
@@ -297,6 +306,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     diag = dict(train_error_change_last_half=tr_change, delta_star_change_last_half=ds_change,
                 repeats_without_root=lost.tolist(),
                 coarse_margin=coarse.margin.tolist(), fine_margins=fine_curves, notes=coarse.notes[:10],
+                coarse_unstable_fraction=coarse.unstable_fraction.tolist(), fine_unstable_fraction=fine_unstable,
                 wall_s=time.perf_counter() - t0)
     return DeltaStarResult(times=times, delta_star=ds, delta_star_stderr=se, per_repeat=per, bracket=brackets,
                            delta_nn=dnn, delta_nn_stderr=dnn_se, status=status, message=msg, convention=convention,

@@ -63,6 +63,10 @@ def test_delta_star_pipeline_and_initial_time():
     assert np.all((res.delta_star >= 2.0) & (res.delta_star <= 16.0))
     if res.status == "not-converged":
         assert res.delta_nn is None and "not converged" in res.message
+    # local-stability diagnostics of the sweeps (η·λ_max(D)/δ > 2 on some paths), said in the message when > 0
+    cu, fu = np.asarray(res.diagnostics["coarse_unstable_fraction"]), np.asarray(res.diagnostics["fine_unstable_fraction"])
+    assert cu.shape == (4,) and fu.shape == (2, 4) and np.all((cu >= 0) & (cu <= 1)) and np.all((fu >= 0) & (fu <= 1))
+    assert ("locally unstable" in res.message) == bool(fu.max() > 0)
     # direct margin at t = 0 from the same samples (key of repeat 0), at the coarse grid
     tr = dmft.solve(P, delta=2.0, lr=0.05, steps=4, paths=1024, key=jax.random.fold_in(jax.random.key(3), 0), save_samples_at=(0,))
     for i, dv in enumerate([2.0, 4.0, 8.0, 16.0]):
