@@ -50,6 +50,18 @@ def _evaluate(fn, c, keys, paths, warmup, delta0):
     return out
 
 
+
+def delta_alg() -> dict:
+    """The algorithmic threshold the designed δ_NN is to be read against (issue #7 item 3): weak recovery of
+    the hard direction z2 of y = z1 + z2² − 1 by quadrature (bench_design_gd.weak_recovery_staircase)."""
+    from .bench_design_gd import weak_recovery_staircase
+    from .bench_design_pr import delta_alg as phase_retrieval_alg
+
+    # given y and z1, z2² = y − z1 + 1 is observed exactly: noiseless phase retrieval in z2
+    return dict(y_only=weak_recovery_staircase(), given_y_and_easy_direction=phase_retrieval_alg()["value"],
+                note="weak-recovery optimum 1/E[(E[z2^2|.]-1)^2] for the hard direction z2, by quadrature; given the "
+                     "easy direction it is noiseless phase retrieval's 1/2")
+
 def run(mode: str, outdir: pathlib.Path) -> dict:
     import matplotlib
 
@@ -112,6 +124,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     else:
         diag["gelu_note"] = ("GeLU: no differentiable separation threshold on some eval keys: "
                              + "; ".join(sorted({e["message"][:160] for e in evals["gelu"] if not e["ok"]})))
+    diag["delta_alg"] = delta_alg()
     perf = [dict(what=f"design loop: {len(res.history) - 1} adam steps × {S['design_keys']} keys ({S['paths']} paths)",
                  value=t_design, unit="s", ratio=None, note="incl. compilation")]
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))

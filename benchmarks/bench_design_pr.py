@@ -103,6 +103,15 @@ def paired_fifty_shift(grid, cos_a, cos_b, seeds, boot=2000, seed=0):
                 bootstrap_nan_fraction=float(1 - ok.mean()), boot=boot)
 
 
+
+def delta_alg() -> dict:
+    """Weak-recovery optimum 1/E[(E[z²|y] − 1)²] of the phase-retrieval teacher by quadrature
+    (``spectral.weak_recovery_threshold``; 1/2 for noiseless phase retrieval)."""
+    import spectral
+
+    return dict(value=float(spectral.weak_recovery_threshold(problem(GELU).teacher)),
+                source="spectral.weak_recovery_threshold (quadrature)", note="noiseless phase retrieval: 1/2")
+
 def settings(mode: str) -> dict:
     S = dict(target="phase retrieval y = z^2", student="m=4, a=1/4 frozen, Q0=I, M0=0", loss="square", ridge=0.0,
              family="sigma_alpha = |GeLU| (GeLU + alpha He2)/|GeLU + alpha He2|, He2 = (r^2-1)/sqrt2, Gaussian norms",
@@ -288,5 +297,4 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                 diagnostics=dict(scan=scan, alpha_opt=alpha_opt, gd=gd,
                                  first_phase="not converged for GeLU and the quadratic activation in this setting "
                                              "(seed_claim.json): no δ_NN, the objective is δ*(t) at finite t",
-                                 delta_alg=dict(value=0.5, note="noiseless phase retrieval: weak-recovery optimum "
-                                                                "1/E[(E[z^2|y]-1)^2] = 1/2")))
+                                 delta_alg=delta_alg()))

@@ -69,3 +69,16 @@ def test_committed_design_pr_rows_reproduce():
         np.testing.assert_allclose(np.nanmean(k, 0), rec["delta_star"], rtol=1e-12)
     theory = dict(gelu=dg["scan"]["0.0"], designed=dg["scan"][str(float(dg["alpha_opt"]))])
     assert_same_json(accuracy_rows(S, theory, dg["gd"], dg["alpha_opt"]), res["accuracy"])
+
+
+def test_committed_delta_alg_recomputes():
+    """δ_alg next to the designs (issue #7 item 3) is computed, not typed: the committed values equal the
+    quadratures now, and noiseless phase retrieval gives its closed form 1/2."""
+    from benchmarks import bench_design, bench_design_pr
+
+    pr = bench_design_pr.delta_alg()
+    assert pr["value"] == pytest.approx(0.5, rel=1e-6)
+    for name, fresh in (("design_pr", pr), ("design", bench_design.delta_alg())):
+        p = RES.parent / f"{name}.json"
+        if p.exists():
+            assert_same_json(fresh, json.loads(p.read_text())["diagnostics"]["delta_alg"])
