@@ -1,6 +1,6 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~14 min for the whole suite on a 2-core CPU with two workers, measured 858 s on 2026-12-02 with 24 benchmarks; written to
+Three sizes (``MODES``): ``quick`` (~14 min for the whole suite on a 2-core CPU with two workers, measured 858 s on 2026-12-02 with 24 benchmarks; one process, ``--jobs 1``: 1100 s with 25 on 2026-12-03 on a faster machine where CI took 7 min; written to
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
 with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
 worker processes, see ``run_parallel``), ``standard``
@@ -116,9 +116,38 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
         (outdir / f"{res['name']}.json").write_text(json.dumps(res, indent=1))
         done[res["name"]] = res
         print(f"   {status} in {res['wall_s']} s -> {outdir / (res['name'] + '.json')}", flush=True)
+        if len(names) > 1:
+            _release_compiled()
     if regenerate:
         _report(outdir)
     return done
+
+
+def _map_count():
+    """Memory mappings of this process (Linux ``/proc/self/maps``; None elsewhere). Every compiled
+    XLA CPU program holds some; the kernel limit is ``vm.max_map_count`` (65530 by default)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:  # pragma: no cover - non-Linux
+        return None
+
+
+def _release_compiled():
+    """Drop the in-memory compiled programs between benchmarks of one process. Measured: the whole
+    quick suite in one process (``--jobs 1``) crashed in the last benchmark with "LLVM compilation
+    error: Cannot allocate memory" and a segfault (2026-12-03, 24 GiB free): the compiled programs of
+    the earlier benchmarks are kept alive by jit caches, and each holds memory mappings, up to the
+    kernel's ``vm.max_map_count``. The persistent compilation cache (quick mode) still serves
+    programs shared between benchmarks."""
+    import gc
+
+    import jax
+
+    before = _map_count()
+    jax.clear_caches()
+    gc.collect()
+    print(f"   memory maps: {before} -> {_map_count()} after clearing the compiled-program caches", flush=True)
 
 
 def _memory_rows() -> list:
@@ -134,6 +163,10 @@ def _memory_rows() -> list:
         kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
         rows.append(dict(what="peak host memory (process RSS high-water mark)", value=round(kb / 1024, 1), unit="MB",
                          ratio=None, note="running maximum over the benchmarks run before in this process"))
+        if _map_count() is not None:
+            rows.append(dict(what="memory maps of the process at the end (of vm.max_map_count, 65530 by default)",
+                             value=_map_count(), unit="maps", ratio=None,
+                             note="compiled XLA programs hold maps; the runner clears its caches between benchmarks"))
     except Exception:  # pragma: no cover - non-Unix
         pass
     dev = jax.devices()[0]

@@ -395,3 +395,23 @@ def test_committed_finite_n_early_is_consistent():
     gd = gd_fifty_percent_points()
     assert {int(d): v for d, v in data["simulation"]["fifty_percent_point"].items()} == {d: list(v) for d, v in gd.items()}
     assert_same_json(accuracy_rows(data["theory"]["summary"], gd, S), res["accuracy"])
+
+
+def test_runner_releases_compiled_programs_between_benchmarks():
+    """Compiled XLA CPU programs hold memory maps; the whole quick suite in one process ran into
+    vm.max_map_count (LLVM "Cannot allocate memory", then a segfault). The runner's release step must
+    give the maps of dropped programs back."""
+    import jax
+    import jax.numpy as jnp
+
+    if runner._map_count() is None:
+        pytest.skip("no /proc/self/maps")
+    runner._release_compiled()
+    base = runner._map_count()
+    fs = [jax.jit(lambda x, k=k: jnp.sin(x) * k + jnp.cumsum(x) ** (k % 3 + 1)) for k in range(40)]
+    for k, f in enumerate(fs):
+        f(jnp.ones(k + 3)).block_until_ready()
+    grown = runner._map_count()
+    del fs
+    runner._release_compiled()
+    assert grown > base and runner._map_count() < grown
