@@ -63,6 +63,8 @@ from spectral.thresholds import delta_star
 
 from .bench_delta_star_trend import problem
 from .bench_design_gd import paired_gd_area
+from .bench_finite_n import _se
+from .bench_success import curve_record
 
 NAME = "design_pr"
 THRESHOLD = 0.5
@@ -81,7 +83,7 @@ def family(alpha: float):
     return lambda r: scale * raw(r)
 
 
-def paired_fifty_shift(grid, cos_a, cos_b, seeds, boot=2000, seed=0):
+def paired_fifty_shift(grid, cos_a, cos_b, boot=2000, seed=0):
     """Shift of the GD 50% point, a − b, and its s.e. by a paired bootstrap over seeds (the same seed
     indices resampled for both activations at each δ: same data and initial weights), with the
     fraction of resamples in which one of the two curves has no 50% crossing on the grid."""
@@ -103,7 +105,6 @@ def paired_fifty_shift(grid, cos_a, cos_b, seeds, boot=2000, seed=0):
                 bootstrap_nan_fraction=float(1 - ok.mean()), boot=boot)
 
 
-
 def delta_alg() -> dict:
     """Weak-recovery optimum 1/E[(E[z²|y] − 1)²] of the phase-retrieval teacher by quadrature
     (``spectral.weak_recovery_threshold``; 1/2 for noiseless phase retrieval)."""
@@ -111,6 +112,7 @@ def delta_alg() -> dict:
 
     return dict(value=float(spectral.weak_recovery_threshold(problem(GELU).teacher)),
                 source="spectral.weak_recovery_threshold (quadrature)", note="noiseless phase retrieval: 1/2")
+
 
 def settings(mode: str) -> dict:
     S = dict(target="phase retrieval y = z^2", student="m=4, a=1/4 frozen, Q0=I, M0=0", loss="square", ridge=0.0,
@@ -143,12 +145,6 @@ def dmft_threshold(alpha, D):
                 stable=bool(np.max(r.diagnostics["fine_unstable_fraction"]) == 0))
 
 
-def _se(x):
-    x = np.asarray(x, float)
-    x = x[np.isfinite(x)]
-    return float(x.std(ddof=1) / np.sqrt(x.size)) if x.size >= 2 else float("nan")
-
-
 def accuracy_rows(S, theory, gd, alpha_opt) -> list:
     """Rows of theory against simulation, recomputed from the stored per-key roots and per-seed cos.
     The DMFT side is given at every DMFT time (which t·η a GD 50% point at t·η = 600 should be read
@@ -177,7 +173,7 @@ def accuracy_rows(S, theory, gd, alpha_opt) -> list:
                         theory=float(-dm_last * jump), theory_stderr=None, simulation=area, sim_stderr=area_se, d=d,
                         seeds=G["seeds"], tolerance="sign of the theory value, by 3 s.e. (same data and init per seed)",
                         agree=bool(np.sign(area) == np.sign(-dm_last) and abs(area) > 3 * area_se)))
-        sh = paired_fifty_shift(G["grid"], a["cos_final"], b["cos_final"], G["seeds"])
+        sh = paired_fifty_shift(G["grid"], a["cos_final"], b["cos_final"])
         note = f"paired bootstrap over seeds, {sh['bootstrap_nan_fraction']:.1%} of resamples without a crossing"
         acc.append(dict(quantity=f"shift of the GD 50% point, designed − GeLU (simulation; {note}); theory: DMFT "
                                  f"{tl(len(shifts) - 1)} shift",
@@ -281,16 +277,12 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
             sc = success_curve(problem(family(a)), d, G["grid"], lr=G["lr"], steps=G["steps"], seeds=G["seeds"],
                                threshold=THRESHOLD, key=jax.random.fold_in(jax.random.key(G["key"]), d))
             wall = time.perf_counter() - t0
-            cf = np.asarray(sc.cos_final)
-            esc = [float(np.median(e[e >= 0]) * G["lr"]) if np.any(e >= 0) else None for e in np.asarray(sc.escape_step)]
-            gd[name][str(d)] = dict(success=sc.success.tolist(), delta_50=sc.delta_50, delta_50_stderr=sc.delta_50_stderr,
-                                    cos_final=cf.tolist(), cos_final_mean=cf.mean(1).tolist(), median_escape_time=esc,
-                                    test_error_final=np.asarray(sc.test_curves)[:, -1].tolist())
+            gd[name][str(d)] = rec = curve_record(sc, G["lr"])
             perf.append(dict(what=f"GD success curve {name} (α={a:g}), d={d} ({len(G['grid'])} δ x {G['seeds']} seeds x "
                                   f"{G['steps']} steps, float32)", value=wall, unit="s", ratio=None,
                              note=f"{jax.default_backend()}; incl. compilation"))
             print(f"   GD {name} (α={a:g}) d={d}: success {sc.success.tolist()} -> 50% {sc.delta_50:.3f} ± "
-                  f"{sc.delta_50_stderr:.3f}; mean cos {np.round(cf.mean(1), 3).tolist()} ({wall:.0f} s)", flush=True)
+                  f"{sc.delta_50_stderr:.3f}; mean cos {np.round(rec['cos_final_mean'], 3).tolist()} ({wall:.0f} s)", flush=True)
     acc = accuracy_rows(S, theory, gd, alpha_opt)
     figure(S, scan, gd, alpha_opt, outdir)
     return dict(setting=S, accuracy=acc, performance=perf, figure=f"{NAME}.png",

@@ -192,6 +192,17 @@ def figure(S, data, eng, outdir):
     plt.close(fig)
 
 
+def curve_record(sc, lr) -> dict:
+    """What the JSON keeps of a ``dmft.success_curve``: success fractions, the 50% point, per-seed final
+    hard cos (δ, seeds) and its mean, the median escape time t·η per δ (None where no seed escaped) and
+    the final test error per δ."""
+    cf = np.asarray(sc.cos_final)
+    esc = [float(np.median(e[e >= 0]) * lr) if np.any(e >= 0) else None for e in np.asarray(sc.escape_step)]
+    return dict(success=sc.success.tolist(), delta_50=sc.delta_50, delta_50_stderr=sc.delta_50_stderr,
+                cos_final=cf.tolist(), cos_final_mean=cf.mean(1).tolist(), median_escape_time=esc,
+                test_error_final=np.asarray(sc.test_curves)[:, -1].tolist())
+
+
 def replot(res: dict, outdir: pathlib.Path):
     """The figure again from a result JSON of this benchmark (no simulation)."""
     figure(res["setting"], res["data"]["rows"], res["data"]["engine"], outdir)
@@ -210,11 +221,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
             wall = time.perf_counter() - t0
             perf.append(dict(what=f"PR {act}: GD success curve d={d} ({len(A['grid'])} δ x {S['seeds']} seeds x {A['steps']} steps, float32)",
                              value=wall, unit="s", ratio=None, note=f"{jax.default_backend()}; incl. compilation"))
-            esc = [float(np.median(e[e >= 0]) * A["lr"]) if np.any(e >= 0) else None for e in sc.escape_step]
-            cf = np.asarray(sc.cos_final)
-            data[act].append(dict(d=d, success=sc.success.tolist(), delta_50=sc.delta_50, delta_50_stderr=sc.delta_50_stderr,
-                                  cos_final=cf.tolist(), cos_final_mean=cf.mean(1).tolist(), median_escape_time=esc,
-                                  test_error_final=np.asarray(sc.test_curves)[:, -1].tolist()))
+            data[act].append(dict(d=d, **curve_record(sc, A["lr"])))
             print(f"   {act} d={d}: success {sc.success.tolist()} -> 50% point {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f} "
                   f"({wall:.0f} s)", flush=True)
     eng = _engine()

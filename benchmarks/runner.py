@@ -163,9 +163,10 @@ def _memory_rows() -> list:
         kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
         rows.append(dict(what="peak host memory (process RSS high-water mark)", value=round(kb / 1024, 1), unit="MB",
                          ratio=None, note="running maximum over the benchmarks run before in this process"))
-        if _map_count() is not None:
+        maps = _map_count()
+        if maps is not None:
             rows.append(dict(what="memory maps of the process at the end (of vm.max_map_count, 65530 by default)",
-                             value=_map_count(), unit="maps", ratio=None,
+                             value=maps, unit="maps", ratio=None,
                              note="compiled XLA programs hold maps; the runner clears its caches between benchmarks"))
     except Exception:  # pragma: no cover - non-Unix
         pass

@@ -39,13 +39,13 @@ def test_paired_fifty_shift():
     g = [1.0, 2.0, 3.0, 4.0]
     b = np.array([[0.1] * 4, [0.1] * 4, [0.9] * 4, [0.9] * 4])     # success 0, 0, 1, 1: 50% at δ = 2.5
     a = np.array([[0.1] * 4, [0.9] * 4, [0.9] * 4, [0.9] * 4])     # one step earlier: 1.5
-    sh = paired_fifty_shift(g, a, b, 4, boot=200)
+    sh = paired_fifty_shift(g, a, b, boot=200)
     assert sh["shift"] == pytest.approx(-1.0) and sh["bootstrap_nan_fraction"] == 0.0
     assert sh["shift_stderr"] == pytest.approx(0.0, abs=1e-12)
     b2 = b.copy()
     b2[2] = [0.9, 0.9, 0.9, 0.1]                                    # one seed fails at δ = 3: the spread is > 0
-    assert paired_fifty_shift(g, a, b2, 4, boot=200)["shift_stderr"] > 0
-    never = paired_fifty_shift(g, np.full((4, 4), 0.1), b, 4, boot=50)
+    assert paired_fifty_shift(g, a, b2, boot=200)["shift_stderr"] > 0
+    never = paired_fifty_shift(g, np.full((4, 4), 0.1), b, boot=50)
     assert np.isnan(never["shift"]) and never["bootstrap_nan_fraction"] == 1.0
 
 
