@@ -415,3 +415,24 @@ def test_runner_releases_compiled_programs_between_benchmarks():
     del fs
     runner._release_compiled()
     assert grown > base and runner._map_count() < grown
+
+
+def test_committed_dmft_cost_uses_the_spread_over_keys():
+    """DMFT against GD at equal error bars (issue #2's speed goal): the DMFT error bar is the spread of
+    the train error over independent keys (the paths interact through the kernels, so the per-path s.e.
+    is not it), and every ratio follows from the stored times and spreads."""
+    for res in (_load("dmft_cost"), json.loads((RESULTS / "quick" / "dmft_cost.json").read_text())):
+        S, data = res["setting"], res["data"]
+        for T in S["Ts"]:
+            dm = data["dmft"][str(T)]
+            assert len(dm["train_error_keys"]) == S["keys"] >= 4
+            assert dm["sd_over_keys"] == pytest.approx(np.std(dm["train_error_keys"], ddof=1), rel=1e-12)
+            assert dm["kernel_noise_factor"] == pytest.approx(dm["sd_over_keys"] / dm["per_path_stderr"], rel=1e-12)
+            for d in S["ds"]:
+                g = data["gd"][f"{d},{T}"]
+                need = max(1.0, (g["seed_sd"] / dm["sd_over_keys"]) ** 2)
+                more_paths = max(1.0, (dm["sd_over_keys"] / g["seed_sd"]) ** 2)
+                assert min(need, more_paths) == 1.0
+                assert g["seeds_needed"] == pytest.approx(need, rel=1e-12)
+                assert g["dmft_paths_factor"] == pytest.approx(more_paths, rel=1e-12)
+                assert g["ratio"] == pytest.approx(g["run_s"] / S["seeds"] * need / (dm["run_s"] * more_paths), rel=1e-12)
