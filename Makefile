@@ -19,10 +19,14 @@ run: install
 test: install
 	$(BIN)/python -m pytest -n 2 tests
 
-bench-quick: install
+# the benchmarks add optional comparisons (matfree in bench_lanczos): the "bench" extra
+bench-deps: install
+	$(BIN)/pip install -q -e ".[test,bench]"
+
+bench-quick: bench-deps
 	$(BIN)/python -m benchmarks run --quick
 
-bench: install
+bench: bench-deps
 	$(BIN)/python -m benchmarks run
 
-.PHONY: install run test bench-quick bench
+.PHONY: install run test bench-deps bench-quick bench

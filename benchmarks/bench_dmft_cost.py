@@ -56,7 +56,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         pairs = np.asarray(per_path).reshape(2, -1).mean(0)  # antithetic pairs are the independent units
         se_path = float(np.std(pairs, ddof=1) / np.sqrt(pairs.size))
         vals = [float(tr.train_error[T])] + [
-            float(dmft.solve(P, S["delta"], S["lr"], T, S["paths"], jax.random.key(100 + i)).train_error[T])
+            float(dmft.solve(P, S["delta"], S["lr"], T, S["paths"], jax.random.key(100 + i),
+                             save_samples_at=(T,)).train_error[T])  # same program as the timed run
             for i in range(S["keys"] - 1)]
         sd = float(np.std(vals, ddof=1))  # error bar of one solve with `paths` paths
         sd_rel_se = 1 / np.sqrt(2 * (S["keys"] - 1))  # relative s.e. of a Gaussian sample sd

@@ -1,6 +1,8 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~14 min for the whole suite on a 2-core CPU with two workers, measured 858 s on 2026-12-02 with 24 benchmarks; one process, ``--jobs 1``: 1100 s with 25 on 2026-12-03 on a faster machine where CI took 7 min; written to
+Three sizes (``MODES``): ``quick`` (~14 min for the whole suite on a 2-core CPU with two workers, measured 858 s on 2026-12-02 with 24 benchmarks; on a faster machine where CI took 6–7 min: one process,
+``--jobs 1``, 1100 s with 25 benchmarks, two workers 860 s with 27 (2026-12-03; compilation is most of it:
+e.g. 85 of 122 s of ``design``, 59 of 108 s of ``dmft``, 391 programs in ``flows``); written to
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
 with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
 worker processes, see ``run_parallel``), ``standard``

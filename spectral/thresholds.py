@@ -286,6 +286,10 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     lost = np.sum(~np.isfinite(per), axis=0)   # repeats whose fine margins do not change sign at that time
     lost_note = (f"; {int(lost[-1])} of {repeats} repeats have no root in the refine grid at t={times[-1]} (the mean "
                  f"and s.e. use the others{', so no s.e.' if repeats - lost[-1] < 2 else ''})" if lost[-1] else "")
+    n_fin = np.sum(np.isfinite(per), axis=0)   # keys behind each s.e.: n_fin − 1 degrees of freedom
+    if n_fin[-1] == 2:
+        lost_note += ("; the s.e. comes from 2 keys (1 degree of freedom: indicative only, it can be far too small "
+                      "by chance) — use repeats >= 4 for an error bar")
     unst = float(np.max(fine_unstable)) if fine_unstable else 0.0
     if unst > 0:   # the roots come from the refine sweeps: say when their dynamics is locally unstable
         lost_note += (f"; at some refine-grid δ a fraction {unst:.2g} of the Monte Carlo paths has a locally unstable GD "
@@ -304,7 +308,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
                    stationarity_tol=stationarity_tol, level=negative_level(problem, level),
                    criterion=_criterion(problem, level))
     diag = dict(train_error_change_last_half=tr_change, delta_star_change_last_half=ds_change,
-                repeats_without_root=lost.tolist(),
+                repeats_without_root=lost.tolist(), stderr_degrees_of_freedom=(n_fin - 1).tolist(),
                 coarse_margin=coarse.margin.tolist(), fine_margins=fine_curves, notes=coarse.notes[:10],
                 coarse_unstable_fraction=coarse.unstable_fraction.tolist(), fine_unstable_fraction=fine_unstable,
                 wall_s=time.perf_counter() - t0)

@@ -67,6 +67,8 @@ def test_delta_star_pipeline_and_initial_time():
     cu, fu = np.asarray(res.diagnostics["coarse_unstable_fraction"]), np.asarray(res.diagnostics["fine_unstable_fraction"])
     assert cu.shape == (4,) and fu.shape == (2, 4) and np.all((cu >= 0) & (cu <= 1)) and np.all((fu >= 0) & (fu <= 1))
     assert ("locally unstable" in res.message) == bool(fu.max() > 0)
+    # an s.e. from two keys is said to be indicative only (1 degree of freedom)
+    assert res.diagnostics["stderr_degrees_of_freedom"] == [1, 1] and "1 degree of freedom" in res.message
     # direct margin at t = 0 from the same samples (key of repeat 0), at the coarse grid
     tr = dmft.solve(P, delta=2.0, lr=0.05, steps=4, paths=1024, key=jax.random.fold_in(jax.random.key(3), 0), save_samples_at=(0,))
     for i, dv in enumerate([2.0, 4.0, 8.0, 16.0]):
@@ -171,3 +173,4 @@ def test_delta_star_says_when_a_repeat_has_no_root(monkeypatch):
     assert res.diagnostics["repeats_without_root"] == lost.tolist()
     assert lost[-1] == 1 and np.isfinite(res.delta_star[-1]) and np.isnan(res.delta_star_stderr[-1])
     assert "1 of 2 repeats have no root in the refine grid" in res.message and "no s.e." in res.message
+    assert res.diagnostics["stderr_degrees_of_freedom"][-1] == 0 and "degree of freedom" not in res.message
