@@ -17,7 +17,7 @@ DMFT needs ``max(1, (sd_dmft / sd_seed)²)`` times the paths, and its time is sc
 (cost ∝ paths); the ratio is ``GD time / DMFT time`` at equal error bars. GD additionally carries an O(1/d) bias that the
 DMFT does not have (not counted here). The DMFT's exact per-path Jacobians cost
 O(paths·T³·m³) (the adjoint sweep (6) per step), GD costs O(seeds·T·n·d·m): the ratio falls
-like d/T.
+with T (measured DMFT time ∝ T^1.6 at T = 25–100, heading to T³) and grows with d.
 """
 
 from __future__ import annotations
