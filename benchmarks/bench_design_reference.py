@@ -46,10 +46,10 @@ def _committed(name):
 
 def settings(mode: str) -> dict:
     S = dict(family="combination-normalized", loss="pseudo-Huber 1", ridge=0.3, lr=0.5, steps=400,
-             times=[50, 100, 200, 400], paths=1024, repeats=2, refine=3, key=7, level="edge", convention="strict",
+             times=[50, 100, 200, 400], paths=1024, repeats=4, refine=3, key=7, level="edge", convention="strict",
              grids=dict(gelu=[1.4, 1.8, 2.2, 2.6, 3.0], designed=[0.8, 1.0, 1.2, 1.4, 1.6]))
     if mode == "quick":
-        S.update(steps=40, times=[10, 20, 40], paths=256, refine=2)
+        S.update(steps=40, times=[10, 20, 40], paths=256, refine=2, repeats=2)
     return S
 
 
