@@ -284,9 +284,9 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     ds_change = float(np.nanmax(np.abs(ds[late] - ds[late[-1]]) / ds[late[-1]])) if len(late) >= 2 and np.isfinite(ds[late[-1]]) else np.inf
     converged = tr_change < stationarity_tol and ds_change < stationarity_tol
     lost = np.sum(~np.isfinite(per), axis=0)   # repeats whose fine margins do not change sign at that time
+    n_fin = repeats - lost                      # keys behind each s.e.: n_fin − 1 degrees of freedom
     lost_note = (f"; {int(lost[-1])} of {repeats} repeats have no root in the refine grid at t={times[-1]} (the mean "
-                 f"and s.e. use the others{', so no s.e.' if repeats - lost[-1] < 2 else ''})" if lost[-1] else "")
-    n_fin = np.sum(np.isfinite(per), axis=0)   # keys behind each s.e.: n_fin − 1 degrees of freedom
+                 f"and s.e. use the others{', so no s.e.' if n_fin[-1] < 2 else ''})" if lost[-1] else "")
     if n_fin[-1] == 2:
         lost_note += ("; the s.e. comes from 2 keys (1 degree of freedom: indicative only, it can be far too small "
                       "by chance) — use repeats >= 4 for an error bar")
