@@ -48,7 +48,7 @@ import jax.numpy as jnp
 
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
 from .law import BlockLaw, for_jit
-from .stieltjes import (_check_delta, _far_point, _f, _real_point, _resolve_convention, _sym,
+from .stieltjes import (PROBE_STEPS, _check_delta, _far_point, _f, _real_point, _resolve_convention, _sym,
                         _edge_core, blocks_B, linearization)
 
 
@@ -97,9 +97,10 @@ def _ext_eig(A, side):
     return jnp.where(side == 0, ev[0], ev[-1])
 
 
-def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level):
+def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level,
+                  probe_steps=PROBE_STEPS):
     edge, S_edge, rho, br, its_e, res_e, st_e = _edge_core(law, delta, side, tol, max_steps, damping,
-                                                           solver, bisections, substeps)
+                                                           solver, bisections, substeps, probe_steps)
     far, _ = _far_point(law, delta, side)
     sgn = jnp.where(side == 0, 1.0, -1.0)          # sgn·μ(A) > 0 far outside, decreasing toward the edge
     # the outlier is sought beyond ``cut`` = the edge or ``level``, whichever is farther out
@@ -144,7 +145,8 @@ _outlier_core_jit = eqx.filter_jit(_outlier_core)
 
 
 def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
-            damping=0.5, solver="newton", bisections=44, substeps=2, level=None, throw=True) -> OutlierResult:
+            damping=0.5, solver="newton", bisections=44, substeps=2, level=None, probe_steps=PROBE_STEPS,
+            throw=True) -> OutlierResult:
     """Outlier of the limiting Hessian spectrum along the hard subspace on ``side`` and the
     squared cosine of its eigenvector with that subspace. ``law.zeta`` must hold the hard
     coordinates. No outlier is a valid answer (``exists=False``, status NO_OUTLIER), not an
@@ -175,7 +177,7 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
                              setting=setting)
     lev = (jnp.inf if s == 0 else -jnp.inf) if level is None else level
     out = _outlier_core_jit(for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver,
-                            bisections, substeps, jnp.asarray(lev, float))
+                            bisections, substeps, jnp.asarray(lev, float), probe_steps)
     res = OutlierResult(*out, side=side, convention=conv, setting=setting)
     check_status(res.status, f"outlier(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))
     return res
