@@ -53,20 +53,27 @@ def blocks_B(S, D, delta):
     return jnp.swapaxes(X, 1, 2)
 
 
+def _map_from_B(B, lam, law: BlockLaw):
+    """``F`` given the blocks ``B`` at S: ``(E[B] − λ I)^{-1}``."""
+    EB = jnp.tensordot(law.weights, B, axes=(0, 0))
+    return _sym(jnp.linalg.inv(EB - lam * jnp.eye(law.m, dtype=B.dtype)))
+
+
+def _linearization_from_B(S, B, law: BlockLaw, delta):
+    m = law.m
+    K = jnp.einsum("n,nik,nlj->ijkl", law.weights.astype(B.dtype), B, B).reshape(m * m, m * m)
+    P = jnp.einsum("ik,lj->ijkl", S, S).reshape(m * m, m * m)
+    return (P @ K) / delta
+
+
 def fixed_point_map(S, lam, law: BlockLaw, delta):
     """``F(S) = (E[D (I + S D/δ)^{-1}] − λ I)^{-1}``."""
-    m = law.m
-    EB = jnp.tensordot(law.weights, blocks_B(S, law.D, delta), axes=(0, 0))
-    return _sym(jnp.linalg.inv(EB - lam * jnp.eye(m, dtype=S.dtype)))
+    return _map_from_B(blocks_B(S, law.D, delta), lam, law)
 
 
 def linearization(S, law: BlockLaw, delta):
     """Matrix ``L`` (m², m²) of ``X ↦ (1/δ) S E[B X B] S`` on row-major ``vec X``."""
-    m = law.m
-    B = blocks_B(S, law.D, delta)
-    K = jnp.einsum("n,nik,nlj->ijkl", law.weights.astype(B.dtype), B, B).reshape(m * m, m * m)
-    P = jnp.einsum("ik,lj->ijkl", S, S).reshape(m * m, m * m)
-    return (P @ K) / delta
+    return _linearization_from_B(S, blocks_B(S, law.D, delta), law, delta)
 
 
 def _spectral_radius(L):
@@ -86,20 +93,22 @@ def _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, branch_ok):
     """Iterate from S0 until the relative residual ``‖S − F(S)‖/‖S‖ < tol``.
     Newton candidate ``S − (I − L)^{-1}(S − F(S))`` accepted when it stays on the physical
     branch within a trust region (‖ΔS‖ ≤ ‖S‖), else a damped step ``(1−α) S + α F(S)``.
-    Returns (S, iterations, residual)."""
+    Returns (S, iterations, residual, B(S))."""
     m = law.m
     I2 = jnp.eye(m * m, dtype=S0.dtype)
-    Fmap = lambda S: fixed_point_map(S, lam, law, delta)
+    Bmap = lambda S: blocks_B(S, law.D, delta)
+    # the blocks B(S) of the last F evaluation are carried: Newton's L at S reuses them
+    # (one per-sample solve per step instead of two; same numbers)
 
     def cond(st):
-        S, F, it, res = st
+        S, F, B, it, res = st
         return (res > tol) & (it < max_steps) & jnp.isfinite(res)
 
     def body(st):
-        S, F, it, res = st
+        S, F, B, it, res = st
         S_D = _sym((1.0 - damping) * S + damping * F)           # damped fixed-point step
         if solver == "newton":
-            L = linearization(S, law, delta)                      # dF/dS
+            L = _linearization_from_B(S, B, law, delta)           # dF/dS
             dS = jnp.linalg.solve(I2 - L, (S - F).reshape(-1))   # (I − L) vec ΔS = vec(S − F)
             S_N = _sym(S - dS.reshape(m, m))
             # trust region: accept Newton when it stays on the physical branch and the step is
@@ -107,17 +116,16 @@ def _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, branch_ok):
             take_N = branch_ok(S_N) & jnp.all(jnp.isfinite(S_N)) & (
                 jnp.linalg.norm(dS) <= jnp.linalg.norm(S) + 1e-300)
             S_new = jnp.where(take_N, S_N, S_D)
-            F_new = Fmap(S_new)
-            res_new = _rel_res(S_new, F_new)
         else:
             S_new = S_D
-            F_new = Fmap(S_new)
-            res_new = _rel_res(S_new, F_new)
-        return S_new, F_new, it + 1, res_new
+        B_new = Bmap(S_new)
+        F_new = _map_from_B(B_new, lam, law)
+        return S_new, F_new, B_new, it + 1, _rel_res(S_new, F_new)
 
-    F0 = Fmap(S0)
-    S, F, it, res = jax.lax.while_loop(cond, body, (S0, F0, jnp.asarray(0), _rel_res(S0, F0)))
-    return S, it, res
+    B0 = Bmap(S0)
+    F0 = _map_from_B(B0, lam, law)
+    S, F, B, it, res = jax.lax.while_loop(cond, body, (S0, F0, B0, jnp.asarray(0), _rel_res(S0, F0)))
+    return S, it, res, B
 
 
 # ------------------------------------------------------------------------------------
@@ -161,7 +169,7 @@ def _stieltjes_one(law, lam, delta, eps, tol, max_steps, damping, solver, stages
         e = eps_big / ratio**j                                   # continuation ε_j → ε
         z = lam + 1j * e
         tol_j = jnp.where(j == stages - 1, tol, jnp.maximum(tol, 1e-6))
-        S, it, res = _solve_at(law, z, delta, S, tol_j, max_steps, damping, solver, _im_psd)
+        S, it, res, _ = _solve_at(law, z, delta, S, tol_j, max_steps, damping, solver, _im_psd)
         return (S, it_tot + it), res
 
     (S, its), ress = jax.lax.scan(stage, (S0.astype(jnp.complex128), jnp.asarray(0)),
@@ -248,8 +256,8 @@ def _definite(S, side):
 def _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver):
     """Real solve at λ outside the support from S0; ok = converged ∧ definite ∧ ρ(L) < 1."""
     ok_branch = lambda S: _definite(S, side)
-    S, it, res = _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, ok_branch)
-    rho = _spectral_radius(linearization(S, law, delta))
+    S, it, res, B = _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, ok_branch)
+    rho = _spectral_radius(_linearization_from_B(S, B, law, delta))
     ok = (res <= tol) & _definite(S, side) & (rho < 1.0) & jnp.all(jnp.isfinite(S))
     return S, it, res, rho, ok
 
