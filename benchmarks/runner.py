@@ -1,8 +1,9 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~14 min for the whole suite on a 2-core CPU with two workers, measured 858 s on 2026-12-02 with 24 benchmarks; on a faster machine where CI took 6–7 min: one process,
-``--jobs 1``, 1100 s with 25 benchmarks, two workers 860 s with 27 (2026-12-03; compilation is most of it:
-e.g. 85 of 122 s of ``design``, 59 of 108 s of ``dmft``, 391 programs in ``flows``); written to
+Three sizes (``MODES``): ``quick`` (~13 min for the whole suite on a 2-core CPU with two workers: 778 s
+with 27 benchmarks on 2026-12-03 after the outlier-solve speed-up of session 20, 860 s before; one process,
+``--jobs 1``, 1100 s with 25 benchmarks; compilation is most of what is left: e.g. 49 s of 98 s of
+``design`` alone (183 programs), 55 of 100 s of ``dmft``, 391 programs in ``flows``); written to
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
 with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
 worker processes, see ``run_parallel``), ``standard``
