@@ -48,7 +48,7 @@ import jax.numpy as jnp
 
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
 from .law import BlockLaw, for_jit
-from .stieltjes import (PROBE_STEPS, _check_delta, _far_point, _f, _real_point, _resolve_convention, _sym,
+from .stieltjes import (PROBE_STEPS, _check_delta, _check_probe_steps, _far_point, _f, _real_point, _resolve_convention, _sym,
                         _edge_core, blocks_B, linearization)
 
 
@@ -160,11 +160,13 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
         raise SpectralError("outlier needs the hard coordinates: build the law with zeta=... (the "
                             "coordinates of x along the hard directions, e.g. z[:, hard]).")
     _check_delta(delta)
+    _check_probe_steps(probe_steps)
     law_used, conv = _resolve_convention(law, side, convention, n, "outlier")
     s = 0 if side == "bottom" else 1
     hm = law.zeta.shape[1] * law.m
     setting = dict(law=law_used.source, m=law.m, hard_dims=int(law.zeta.shape[1]), samples=law_used.size,
-                   delta=_f(delta), side=side, solver=solver, level=None if level is None else _f(level),
+                   delta=_f(delta), side=side, solver=solver, bisections=bisections, max_steps=max_steps,
+                   probe_steps=min(probe_steps, max_steps), level=None if level is None else _f(level),
                    convention="strict" if conv == "strict-unbounded" else conv)
     if conv == "strict-unbounded":
         setting["note"] = ("support unbounded on this side: in the strict limit there is no edge and no "

@@ -321,6 +321,12 @@ class EdgeResult(eqx.Module):
 PROBE_STEPS = 20
 
 
+def _check_probe_steps(probe_steps):
+    if isinstance(probe_steps, bool) or not isinstance(probe_steps, (int, np.integer)) or probe_steps < 1:
+        raise SpectralError(f"probe_steps must be a positive integer (Newton steps per edge-bisection probe); "
+                            f"got {probe_steps!r}. Use the default {PROBE_STEPS} or e.g. max_steps.")
+
+
 def _edge_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, probe_steps=PROBE_STEPS):
     far, inside = _far_point(law, delta, side)
     m = law.m
@@ -384,10 +390,11 @@ def bulk_edge(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, t
     support run to this limit), ``max_steps`` for the other solves.
     """
     _check_delta(delta)
+    _check_probe_steps(probe_steps)
     law_used, conv = _resolve_convention(law, side, convention, n, "bulk_edge")
     s = 0 if side == "bottom" else 1
     setting = dict(law=law_used.source, m=law.m, samples=law_used.size, delta=_f(delta), side=side,
-                   solver=solver,
+                   solver=solver, bisections=bisections, max_steps=max_steps, probe_steps=min(probe_steps, max_steps),
                    convention="strict" if conv == "strict-unbounded" else conv)
     if conv == "strict-unbounded":
         m = law.m
