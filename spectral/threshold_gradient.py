@@ -54,7 +54,8 @@ from jax.flatten_util import ravel_pytree
 
 from .law import BlockLaw, law_from_samples, sample_blocks
 from .outliers import A_matrix
-from .stieltjes import bulk_edge, fixed_point_map, linearization, real_stieltjes_path
+from .stieltjes import (_linearization_from_B, _map_from_B, blocks_B, bulk_edge, fixed_point_map,
+                        real_stieltjes_path)
 
 
 # relative Cholesky jitter of the dynamic DMFT on the dynamic route (dmft.solve.CHOL_JITTER explains:
@@ -137,17 +138,20 @@ def _law(D, zeta=None):
     return BlockLaw(D=D, weights=jnp.full((D.shape[0],), 1.0 / D.shape[0], D.dtype), zeta=zeta)
 
 
-def _stieltjes_residual(S, lam, D, delta):
-    G = S - fixed_point_map(S, lam, _law(D), delta)
+def _stieltjes_residual(S, lam, D, delta, B=None):
+    law = _law(D)
+    G = S - (fixed_point_map(S, lam, law, delta) if B is None else _map_from_B(B, lam, law))
     return _sym_pack(0.5 * (G + G.T))
 
 
 def _fold_residual(v, D, delta):
-    """Unknowns v = (upper(S), λ): G(S, λ) = 0 and det(I − L(S)) = 0 (the fold = bulk edge)."""
+    """Unknowns v = (upper(S), λ): G(S, λ) = 0 and det(I − L(S)) = 0 (the fold = bulk edge).
+    The per-sample blocks B(S) are formed once for both equations."""
     m = D.shape[-1]
     S, lam = _sym_unpack(v[:-1], m), v[-1]
-    return jnp.concatenate([_stieltjes_residual(S, lam, D, delta),
-                            jnp.linalg.det(jnp.eye(m * m) - linearization(S, _law(D), delta))[None]])
+    B = blocks_B(S, D, delta)
+    return jnp.concatenate([_stieltjes_residual(S, lam, D, delta, B),
+                            jnp.linalg.det(jnp.eye(m * m) - _linearization_from_B(S, B, _law(D), delta))[None]])
 
 
 def _A_min(S, lam, D, zeta, delta):
