@@ -9,7 +9,7 @@ compilation on).
 
 Runs:
 (1) ``default``: ``deltann delta-nn`` with no options (phase retrieval, quadratic, m = 1: its first
-    phase does not converge on the horizon, so the command reports δ*(t) and no δ_NN, exit 1 —
+    phase does not converge on the horizon, so the command reports δ*(t) and no δ_NN, exit 0 —
     the time is what the user waits for that answer);
 (2) ``new activation``: an activation the library does not know, given as ``module:function``
     (:func:`new_activation`, x·sigmoid(1.702x)), in a setting whose first phase converges so the
@@ -17,6 +17,11 @@ Runs:
     frozen, Huber loss, ridge 0.3, separation criterion, η = 1, 80 steps, 2048 paths, 2 keys
     (the two_route setting with the CLI's second layer; at η = 0.5 the first phase had not met
     the 2% stationarity tolerance by step 80: δ*(t) still moved 2.9%, no δ_NN).
+(3) ``contract``: issue #4's contract command verbatim, ``deltann delta-nn --target phase-retrieval
+    --activation gelu --width 4 --json out.json`` (must exit 0 and write the keys ``CONTRACT_KEYS``;
+    its first phase does not converge on the default horizon, so the JSON has δ*(t) and
+    ``delta_nn = null``); the return code and the keys present are recorded and tested
+    (tests/test_benchmarks_regression.py).
 Quick mode runs (2) with fewer paths and steps (a speed check, not the goal's setting).
 """
 
@@ -34,6 +39,8 @@ import jax
 NAME = "end_to_end"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOAL_S = 60.0
+CONTRACT_ARGS = ("--target", "phase-retrieval", "--activation", "gelu", "--width", "4")
+CONTRACT_KEYS = ("delta_nn", "delta_nn_stderr", "edge_convention", "setting", "diagnostics")
 
 
 def new_activation(x):
@@ -72,6 +79,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                 "--convention", "strict", "--seed", "0"]
     runs = [("default (no options)", [])] if not quick else []
     runs.append(("new activation (module:function)", new_args))
+    if not quick:   # issue #4's contract command, verbatim: exit 0 and a JSON with the contract's keys
+        runs.append(("contract: phase retrieval, GeLU, width 4", list(CONTRACT_ARGS)))
     S = dict(goal_s=GOAL_S, runs={n: a for n, a in runs}, command=" ".join(_command()), fresh_process=True,
              new_activation="x * sigmoid(1.702 x)", device=jax.default_backend(), cpu_count=os.cpu_count())
     perf, data = [], {}
@@ -88,6 +97,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                        delta_star=res["delta_star"], status=res["diagnostics"].get("status"),
                        message=res["diagnostics"].get("message"), command_wall_s=res["diagnostics"].get("wall_s"),
                        setting={k: v for k, v in res["setting"].items() if isinstance(v, (int, float, str, bool, list))})
+        rec["contract_keys_present"] = sorted(k for k in CONTRACT_KEYS if res is not None and k in res)
         data[name] = rec
         result = (f"δ_NN {res['delta_nn']:.3f} ± {res['delta_nn_stderr']:.3f}" if res and res["complete"]
                   else f"no δ_NN ({res['diagnostics'].get('status') if res else 'no JSON'}), exit {info['returncode']}")

@@ -436,3 +436,20 @@ def test_committed_dmft_cost_uses_the_spread_over_keys():
                 assert g["seeds_needed"] == pytest.approx(need, rel=1e-12)
                 assert g["dmft_paths_factor"] == pytest.approx(more_paths, rel=1e-12)
                 assert g["ratio"] == pytest.approx(g["run_s"] / S["seeds"] * need / (dm["run_s"] * more_paths), rel=1e-12)
+
+
+def test_committed_end_to_end_runs_the_contract_command():
+    """Issue #4's contract, measured in a fresh process by bench_end_to_end (standard run):
+    ``deltann delta-nn --target phase-retrieval --activation gelu --width 4 --json out.json`` exits 0
+    and writes the contract's keys; where the first phase has not converged the JSON says so
+    (complete false, delta_nn null) instead of carrying a number."""
+    from benchmarks.bench_end_to_end import CONTRACT_ARGS, CONTRACT_KEYS
+
+    res = _load("end_to_end")
+    runs = [r for r in res["data"].values() if tuple(r["args"]) == CONTRACT_ARGS]
+    assert len(runs) == 1, "the standard end_to_end run must include the contract command"
+    r = runs[0]
+    assert r["returncode"] == 0, r["stderr_tail"]
+    assert r["contract_keys_present"] == sorted(CONTRACT_KEYS)
+    assert r["complete"] == (r["delta_nn"] is not None) and r["status"] in ("converged", "not-converged")
+    assert len(r["delta_star"]["value"]) > 0
