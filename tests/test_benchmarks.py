@@ -453,3 +453,18 @@ def test_committed_end_to_end_runs_the_contract_command():
     assert r["contract_keys_present"] == sorted(CONTRACT_KEYS)
     assert r["complete"] == (r["delta_nn"] is not None) and r["status"] in ("converged", "not-converged")
     assert len(r["delta_star"]["value"]) > 0
+
+
+def test_committed_device_benchmark_is_consistent():
+    """bench_device (prepared for a GPU session, run on the CPU): the sweep ratio is the measured
+    loop/vmapped times, both ways give the same DMFT, and the achieved rates are the stated work
+    divided by the measured time (HVP: 4ndm flops, 16nd bytes)."""
+    for res in (_load("device"), json.loads((RESULTS / "quick" / "device.json").read_text())):
+        sw, perf = res["data"]["sweep"], res["performance"]
+        row = [p for p in perf if p["what"].startswith("64-point δ sweep")][0]
+        assert row["ratio"] == pytest.approx(sw["t_loop"] / sw["t_vmapped"], rel=1e-12)
+        assert len(sw["deltas"]) == 64 and res["accuracy"][0]["agree"]
+        np.testing.assert_allclose(sw["train_final_vmapped"], sw["train_final_loop"], atol=1e-4)
+        h, hs = res["data"]["hvp"], res["setting"]["hvp"]
+        assert h["flops"] == 4 * hs["n"] * hs["d"] * hs["m"] and h["bytes"] == 16 * hs["n"] * hs["d"]
+        assert h["bytes_per_s"] == pytest.approx(h["bytes"] / h["seconds"], rel=1e-12)
