@@ -36,16 +36,21 @@ NAME = "dmft_cost"
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
     quick, tiny = mode != "full", mode == "quick"
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     S = dict(delta=3.0, lr=0.1, paths=20_000, Ts=[25, 50, 100], ds=[1000, 2000, 4000], seeds=4, keys=8)
     if tiny:
         S.update(Ts=[25, 50], ds=[500, 1000], paths=10_000, keys=4)
     if not quick:
         S.update(paths=100_000, Ts=[25, 50, 100, 200], ds=[1000, 4000, 16000], seeds=8)
+    return measure(S, outdir, NAME)
+
+
+def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
+    """The measurement for setting ``S`` (keys delta, lr, paths, Ts, ds, seeds, keys); figure ``name``.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     P = easy_hard_problem()
     perf, data = [], dict(dmft={}, gd={})
     for T in S["Ts"]:
@@ -105,8 +110,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     ax[1].set_ylabel("GD time / DMFT time at equal error")
     ax[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(pathlib.Path(outdir) / "dmft_cost.png", dpi=110)
+    fig.savefig(pathlib.Path(outdir) / f"{name}.png", dpi=110)
     plt.close(fig)
     return dict(setting=dict(S, problem="y=z1+(z2^2-1)+0.2eps, erf-GeLU m=2, a=(1,-0.5) frozen, Q0=I, M0=0, square loss",
                              device=jax.default_backend()),
-                accuracy=[], performance=perf, data=data, figure="dmft_cost.png")
+                accuracy=[], performance=perf, data=data, figure=f"{name}.png")
