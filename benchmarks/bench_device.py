@@ -14,10 +14,11 @@ CPU so that a session with a GPU only runs ``bash benchmarks/gpu_run.sh device``
     large fp64 GEMM (FLOP/s) and a large read-only pass (a fused sum; bytes/s).
     - HVP (``spectral.block_matvec``: X V, then Xᵀ(D_i ·)): 4 n d m flops, at least two reads of
       X, 16 n d bytes (fp64); time median of repeats after a warm-up, X and D as jit arguments.
-    - DMFT data-side step at step t (``dmft.solve``'s per-step Monte Carlo work: the memory field
-      Σ_s R(t, s+1) g^s, the row C_g(t, ·) and the adjoint sweep for Γ(t, ·), THEORY eq. (6)):
-      flops counted as executed by the implementation (the blocked sweep's GEMMs, zero padding
-      included), bytes as the minimal traffic (one read of the path histories g and G).
+    - DMFT data-side step at step t: its dominant O(paths·t·T·m³) part, the adjoint sweep for
+      Γ(t, ·) (THEORY eq. (6), ``dmft.solve._gamma_row``; the memory field and the C_g row are
+      O(paths·T·m²) and not timed): flops counted as executed (the blocked sweep's GEMMs, zero
+      padding included, chunking from ``dmft.solve._gamma_chunking``), bytes as the minimal traffic
+      (one read of the path history G).
 """
 
 from __future__ import annotations
@@ -35,12 +36,11 @@ H200 = dict(bandwidth_Bps=4.3e12, fp64_flops=60e12, bf16_matmul_flops=790e12)
 
 
 def _median_time(f, reps):
+    """Median and list of ``reps`` wall times of ``f()`` after one warm-up call."""
+    from .bench_lanczos import _runs
+
     f()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t0)
+    ts = _runs(lambda _: f(), reps)[0]
     return float(np.median(ts)), ts
 
 
@@ -66,13 +66,11 @@ def _sweep_problem():
     return make_problem("easy-hard", "gelu", 2, "huber:1", 1.0, False, ridge=0.3)
 
 
-def _gamma_flops(paths, T, m, t, block=8, cache_bytes=2**20):
+def _gamma_flops(paths, T, m, t, block=8):
     """Executed flops of ``dmft.solve._gamma_row`` at step t (its chunking and padding)."""
-    Tq = T + 1 + block
-    if jax.default_backend() != "cpu":
-        cache_bytes = 2**31
-    cs = int(max(16, min(paths, cache_bytes // (Tq * m * m * 8))))
-    nch = -(-paths // cs)
+    from dmft.solve import _gamma_chunking
+
+    Tq, cs, nch = _gamma_chunking(paths, T + 1, m, block)
     nb = (t + block - 1) // block
     far = 2 * (cs * m) * (Tq * m) * (block * m)
     inner = block * (2 * cs * m * (block * m) * m + 2 * cs * m * m * m)
@@ -194,22 +192,15 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     rng = np.random.default_rng(0)
     Tp = T + 1
     G = jnp.asarray(rng.normal(size=(Pn, Tp, m, m)) * 0.3)
-    g = jnp.asarray(rng.normal(size=(Pn, Tp, m)))
     R = jnp.asarray(np.tril(np.ones((Tp, Tp)))[..., None, None] * rng.normal(size=(Tp, Tp, m, m)) * 0.3)
     eta = jnp.full((Tp,), 0.1)
 
-    @jax.jit
-    def step(G_, g_, R_, eta_):
-        tidx = jnp.arange(Tp)
-        wmem = jnp.where(tidx < t, eta_ / 2.0, 0.0)
-        mem = jnp.einsum("s,sij,nsj->ni", wmem, R_[t, jnp.minimum(tidx + 1, T)], g_)          # memory field
-        cg = jnp.einsum("ni,nsj->sij", g_[:, t], g_) / Pn                                       # C_g(t, ·)
-        return mem, cg, _gamma_row(t, G_, R_, eta_, 2.0)                                        # Γ(t, ·)
-
-    t_step, ts = _median_time(lambda: jax.block_until_ready(step(G, g, R, eta)), s["reps"])
-    flops = 2 * Pn * Tp * m * m * 2 + _gamma_flops(Pn, T, m, t)
-    nbytes = 8 * Pn * Tp * (m * m + m)
-    data["dmft_step"] = rates(f"DMFT data-side step t={t} of T={T}, {Pn} paths, m={m}", t_step, flops, nbytes,
+    # the data side's dominant work, O(paths·t·T·m³) per step: the Γ(t, ·) adjoint sweep of dmft.solve
+    # (its memory field and C_g row are O(paths·T·m²) einsums, not timed)
+    step = jax.jit(lambda G_, R_, eta_: _gamma_row(t, G_, R_, eta_, 2.0))
+    t_step, ts = _median_time(lambda: jax.block_until_ready(step(G, R, eta)), s["reps"])
+    data["dmft_step"] = rates(f"DMFT data-side step (Γ adjoint sweep) t={t} of T={T}, {Pn} paths, m={m}", t_step,
+                              _gamma_flops(Pn, T, m, t), 8 * Pn * Tp * m * m,
                               f"median of {s['reps']}: {[round(x, 4) for x in ts]} s; flops as executed (padding incl.)")
 
     fig, ax = plt.subplots(figsize=(7, 3))

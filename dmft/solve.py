@@ -439,6 +439,16 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
     )
 
 
+def _gamma_chunking(paths: int, Tp: int, m: int, block: int = 8, cache_bytes: int = 2**20):
+    """(padded length Tq, paths per chunk, number of chunks) of :func:`_gamma_row`'s sweep: on CPU
+    chunks of about ``cache_bytes`` of one path-block history, on accelerators one chunk."""
+    Tq = Tp + block
+    if jax.default_backend() != "cpu":  # accelerators: one chunk, the GEMMs are wide enough
+        cache_bytes = 2**31
+    cs = int(max(16, min(paths, cache_bytes // (Tq * m * m * 8))))
+    return Tq, cs, -(-paths // cs)
+
+
 def _gamma_row(t, G_hist, R, eta, delta, block: int = 8, cache_bytes: int = 2**20):
     """Σ_paths G^t P(t, s) for s = 0..T via the adjoint sweep (6).
 
@@ -451,11 +461,7 @@ def _gamma_row(t, G_hist, R, eta, delta, block: int = 8, cache_bytes: int = 2**2
     """
     paths, Tp, m, _ = G_hist.shape
     b = block
-    Tq = Tp + b
-    if jax.default_backend() != "cpu":  # accelerators: one chunk, the GEMMs are wide enough
-        cache_bytes = 2**31
-    cs = int(max(16, min(paths, cache_bytes // (Tq * m * m * 8))))
-    nch = -(-paths // cs)
+    Tq, cs, nch = _gamma_chunking(paths, Tp, m, block, cache_bytes)
     pad = nch * cs - paths
     Gp = jnp.concatenate([G_hist, jnp.zeros((pad,) + G_hist.shape[1:], G_hist.dtype)]) if pad else G_hist
     Gp = jnp.pad(Gp, ((0, 0), (b, 0), (0, 0), (0, 0)))  # padded time index u = s + b
