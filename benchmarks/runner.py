@@ -105,6 +105,7 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
         mod = importlib.import_module(f"benchmarks.bench_{name}")
         print(f"== benchmark {name} ({mode})", flush=True)
         t0 = time.perf_counter()
+        _COMPILE.reset()
         try:
             res = mod.run(mode, outdir)
             status = "ok"
@@ -113,8 +114,9 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
             res = dict(error=f"{type(exc).__name__}: {exc}", accuracy=[], performance=[])
             status = "error"
         res = _jsonable(res)
+        wall = round(time.perf_counter() - t0, 2)
         res.setdefault("performance", []).extend(_memory_rows())
-        res.update(name=getattr(mod, "NAME", name), status=status, wall_s=round(time.perf_counter() - t0, 2),
+        res.update(name=getattr(mod, "NAME", name), status=status, wall_s=wall, compile=_COMPILE.summary(),
                    provenance=provenance(mode))
         (outdir / f"{res['name']}.json").write_text(json.dumps(res, indent=1))
         done[res["name"]] = res
@@ -124,6 +126,48 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
     if regenerate:
         _report(outdir)
     return done
+
+
+class _CompileLog:
+    """Compilation time of one benchmark, from ``jax.monitoring`` duration events: XLA backend
+    compilation (``/jax/core/compile/backend_compile_duration``, per program name; a persistent-cache
+    hit counts with its retrieval time), jaxpr tracing and lowering to MLIR. Single-threaded work
+    that is not the benchmark's measured computation: it is why the quick suite is compile-bound."""
+
+    EVENTS = {"/jax/core/compile/backend_compile_duration": "backend",
+              "/jax/core/compile/jaxpr_trace_duration": "trace",
+              "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower"}
+
+    def __init__(self):
+        self.registered = False  # the listener is registered on the first reset (jax imported then)
+        self.total, self.programs = dict.fromkeys(self.EVENTS.values(), 0.0), {}
+
+    def reset(self):
+        self.total = dict.fromkeys(self.EVENTS.values(), 0.0)
+        self.programs = {}
+        if not self.registered:
+            import jax
+
+            jax.monitoring.register_event_duration_secs_listener(self._listen)
+            self.registered = True
+
+    def _listen(self, event, duration, **kw):
+        kind = self.EVENTS.get(event)
+        if kind is None:
+            return
+        self.total[kind] += duration
+        if kind == "backend":
+            n, t = self.programs.get(kw.get("fun_name", "?"), (0, 0.0))
+            self.programs[str(kw.get("fun_name", "?"))] = (n + 1, t + duration)
+
+    def summary(self, top: int = 8) -> dict:
+        worst = sorted(self.programs.items(), key=lambda kv: -kv[1][1])[:top]
+        return dict(backend_compile_s=round(self.total["backend"], 2), trace_s=round(self.total["trace"], 2),
+                    lower_s=round(self.total["lower"], 2), programs=sum(n for n, _ in self.programs.values()),
+                    top=[dict(program=k, compiles=n, seconds=round(t, 2)) for k, (n, t) in worst])
+
+
+_COMPILE = _CompileLog()
 
 
 def _map_count():
@@ -199,6 +243,15 @@ def _fmt(v, nd=4):
     return str(v)
 
 
+def _compile_cell(res) -> str:
+    """``compile (s) | programs`` cells of the Runs table: XLA backend compilation + tracing + lowering
+    (the runner's ``compile`` record; runs older than it have none)."""
+    c = res.get("compile")
+    if not c:
+        return "— | —"
+    return f"{c['backend_compile_s'] + c['trace_s'] + c['lower_s']:.1f} | {c['programs']}"
+
+
 def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path | None = None):
     path = path or (HERE / "RESULTS.md")
     rdir = pathlib.Path(results_dir) if results_dir else RESULTS
@@ -206,7 +259,8 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
     acc_lines = ["| benchmark | quantity | theory | simulation ± s.e. | d | seeds | tolerance | agree |",
                  "|---|---|---|---|---|---|---|---|"]
     perf_lines = ["| benchmark | what | value | unit | ratio | note |", "|---|---|---|---|---|---|"]
-    runs = ["| benchmark | file | mode | device | jax | date | status | wall (s) |", "|---|---|---|---|---|---|---|---|"]
+    runs = ["| benchmark | file | mode | device | jax | date | status | wall (s) | compile (s) | programs |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for f in files:
         try:
             res = json.loads(f.read_text())
@@ -218,7 +272,7 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
         rel = f.relative_to(rdir).as_posix()
         pv = res["provenance"]
         runs.append(f"| {name} | {rel} | {pv.get('mode')} | {pv.get('platform')}:{pv.get('device')} | {pv.get('jax')} | "
-                    f"{pv.get('date')} | {res.get('status')} | {res.get('wall_s')} |")
+                    f"{pv.get('date')} | {res.get('status')} | {res.get('wall_s')} | {_compile_cell(res)} |")
         tag = f"{name} ({pv.get('platform')})"
         for row in res.get("accuracy", []):
             se = row.get("sim_stderr")
@@ -236,7 +290,10 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
     text = ["# Benchmark results", "",
             "Generated by `python -m benchmarks run` from the JSON files in `benchmarks/results/` "
             "(GPU runs in `benchmarks/results/gpu/`); do not edit by hand.", "",
-            "## Runs", "", *runs, "",
+            "## Runs", "",
+            "compile (s): XLA backend compilation + tracing + lowering inside the benchmark (jax.monitoring "
+            "events; part of its wall time; a persistent-cache hit counts its read time); programs: XLA programs "
+            "built; — for runs recorded before this was measured.", "", *runs, "",
             "## Theory against simulation", "", *acc_lines, "",
             "## Performance", "", *perf_lines, ""]
     path.write_text("\n".join(text))

@@ -25,6 +25,28 @@ def test_smoke_benchmark_end_to_end(tmp_path):
     assert (tmp_path / "smoke.png").exists()
     md = (tmp_path / "RESULTS.md").read_text()
     assert "linear ridge: train error" in md and "smoke" in md
+    c = res["compile"]   # compile time apart from the wall time (issue #6), a column of the Runs table
+    assert set(c) == {"backend_compile_s", "trace_s", "lower_s", "programs", "top"}
+    assert 0 <= c["backend_compile_s"] + c["trace_s"] + c["lower_s"] <= res["wall_s"]
+    assert "| compile (s) | programs |" in md
+
+
+def test_compile_log_counts_a_fresh_compilation():
+    """The runner's jax.monitoring listener sees a program compiled inside the window it measures."""
+    import jax
+    import jax.numpy as jnp
+
+    runner._COMPILE.reset()
+
+    def _probe_compile_log(x):
+        return jnp.sin(x) * 3.0 + 1.0
+
+    jax.jit(_probe_compile_log)(jnp.arange(7.0)).block_until_ready()
+    c = runner._COMPILE.summary()
+    assert c["programs"] >= 1 and c["backend_compile_s"] > 0
+    assert any("_probe_compile_log" in t["program"] and t["compiles"] == 1 for t in c["top"])
+    runner._COMPILE.reset()
+    assert runner._COMPILE.summary()["programs"] == 0
 
 
 def test_parallel_runner_runs_a_worker_process(tmp_path):
