@@ -192,9 +192,8 @@ def _equations(problem: Problem, delta, key, paths: int, hard: tuple, newton_ste
         return dict(LQ=jnp.linalg.cholesky(_sym(state["Q"]) + 1e-12 * eye), LV=jnp.linalg.cholesky(_sym(state["V"]) + 1e-12 * eye),
                     M=state["M"], a=state["a"])
 
-    def residual(x, _=None):
-        st_ = unpack(x)
-        ev = evaluate(st_)
+    def residual_at(st_, ev):
+        """The residuals at unknowns ``st_`` (unpacked) given ``ev = evaluate(st_)``."""
         P = lam * eye + ev["Gam"]
         out = dict(V=_sym(delta * st_["V"] @ P) - eye,
                    Q=(delta * P @ st_["Q"] @ P - ev["Cg"]) / jax.lax.stop_gradient(jnp.max(jnp.abs(ev["Cg"])) + 1e-30),
@@ -203,8 +202,12 @@ def _equations(problem: Problem, delta, key, paths: int, hard: tuple, newton_ste
             out["a"] = jnp.mean(grad_a(y, ev["r"], st_["a"]), axis=0) + lam_a * st_["a"]
         return out
 
+    def residual(x, _=None):
+        st_ = unpack(x)
+        return residual_at(st_, evaluate(st_))
+
     return dict(z=z, eps=eps, y=y, xi=xi, xi_fresh=xi_fresh, G=G, Nb=Nb, maps=f, evaluate=evaluate,
-                residual=residual, unpack=unpack, pack=pack)
+                residual=residual, residual_at=residual_at, unpack=unpack, pack=pack)
 
 
 @eqx.filter_jit
@@ -268,10 +271,10 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
                                  throw=False)
         st_ = unpack(sol.value)
         ev = evaluate(st_)
+        resid = jax.tree.map(lambda v: jnp.max(jnp.abs(v)), E["residual_at"](st_, ev))  # = residual(sol.value)
         st_["r"] = ev["r"]
         P = lam * eye + ev["Gam"]
         pmin = jnp.min(jnp.linalg.eigvalsh(_sym(P)))
-        resid = jax.tree.map(lambda v: jnp.max(jnp.abs(v)), residual(sol.value, None))
         res = jnp.max(jnp.stack(jax.tree.leaves(resid)))
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(st_)]))
         code = jnp.where(~finite, NONFINITE,
