@@ -120,8 +120,14 @@ def implicit(residual: Callable, solution, theta):
         u, th = primals
         _, dth = tangents
         flat_res = lambda uu, tt: ravel_pytree(residual(unravel(uu), tt))[0]
-        J = jax.jacfwd(flat_res, argnums=0)(u, th)
-        rhs = jax.jvp(lambda tt: flat_res(u, tt), (th,), (dth,))[1]
+        # J = ∂res/∂u (columns: unit tangents of u) and rhs = ∂res/∂θ·dθ from one vmapped jvp
+        # (one trace of the residual, not two: the residual holds the per-sample prox)
+        n = u.shape[0]
+        tu = jnp.concatenate([jnp.eye(n, dtype=u.dtype), jnp.zeros((1, n), u.dtype)])
+        tth = jax.tree.map(lambda d: np.zeros((n + 1,) + np.shape(d), d.dtype) if d.dtype == jax.dtypes.float0 else
+                           jnp.concatenate([jnp.zeros((n,) + jnp.shape(d), d.dtype), d[None]]), dth)
+        cols = jax.vmap(lambda a, b: jax.jvp(flat_res, (u, th), (a, b))[1])(tu, tth)   # (n + 1, n_res)
+        J, rhs = cols[:n].T, cols[n]
         du = -jnp.linalg.lstsq(J, rhs, rcond=1e-12)[0]
         return u, du
 
