@@ -42,7 +42,8 @@ def kappa_curve(P, d, delta, lr, checkpoints, seeds, key):
             neg.append(max(0.0, -float(o.eigenvalues[0])))
             w.append(float(o.hard_weight[0]))
         rows.append(dict(steps=int(st), kappa_edge=float(np.mean(g)), kappa_edge_se=float(np.std(g, ddof=1) / np.sqrt(seeds)),
-                         kappa_zero=float(np.mean(neg)), hard_weight0=float(np.mean(w))))
+                         kappa_zero=float(np.mean(neg)), kappa_zero_se=float(np.std(neg, ddof=1) / np.sqrt(seeds)),
+                         hard_weight0=float(np.mean(w))))
     return rows
 
 
@@ -63,22 +64,33 @@ def integral(ts, ks, t):
 def escape_pairs(ds, tesc, tesc_se, kc, lr):
     """For consecutive dimensions: ΔI = I(t_esc(d2)) − I(t_esc(d1)) against ½ log(d2/d1), for
     κ = edge − outlier (``kappa_edge``) and κ = (−outlier)_+ (``kappa_zero``). The s.e. of ΔI
-    propagates the escape-time s.e. through dI/dt = κ(t_esc)."""
+    combines in quadrature (i) the escape-time s.e. through dI/dt = κ(t_esc) and (ii) the seed s.e.
+    of κ(t) integrated between the two escape times, |∫_{t1}^{t2} se_κ| (errors at different
+    checkpoints taken fully correlated: an upper bound); both parts are recorded."""
     tt = np.array([c["steps"] * lr for c in kc])
     pairs = []
     for name in ("kappa_edge", "kappa_zero"):
         ks = np.array([c[name] for c in kc])
+        kse = np.array([c.get(name + "_se", 0.0) for c in kc])
         I = np.array([integral(tt, ks, t) for t in tesc])
-        for j in range(1, len(ds)):
-            kj = np.interp([tesc[j - 1], tesc[j]], tt, ks)
-            se = float(np.hypot(kj[0] * tesc_se[j - 1], kj[1] * tesc_se[j]))
-            pairs.append(dict(kappa=name, d1=ds[j - 1], d2=ds[j], integral=[float(I[j - 1]), float(I[j])],
-                              delta_integral=float(I[j] - I[j - 1]), stderr=se, predicted=0.5 * float(np.log(ds[j] / ds[j - 1]))))
+        Ise = np.array([integral(tt, kse, t) for t in tesc])
+        # consecutive dimensions, then (with three or more) the first against the last: the
+        # consecutive pairs of one δ share an escape time; the span pair is one number per δ
+        # with no shared term, independent across δ up to the shared κ curve's own error
+        span = [(len(ds) - 1, 0)] if len(ds) > 2 else []
+        for j, i in [(j, j - 1) for j in range(1, len(ds))] + span:
+            kj = np.interp([tesc[i], tesc[j]], tt, ks)
+            se_t = float(np.hypot(kj[0] * tesc_se[i], kj[1] * tesc_se[j]))
+            se_k = float(abs(Ise[j] - Ise[i]))
+            pairs.append(dict(kappa=name, d1=ds[i], d2=ds[j], integral=[float(I[i]), float(I[j])],
+                              delta_integral=float(I[j] - I[i]), stderr=float(np.hypot(se_t, se_k)),
+                              stderr_escape_time=se_t, stderr_kappa=se_k, span=bool(j - i > 1),
+                              predicted=0.5 * float(np.log(ds[j] / ds[i]))))
     return pairs
 
 
 def accuracy_from_pairs(pairs, delta, seeds):
-    """RESULTS rows: ΔI against ½ log(d2/d1), tolerance 3 s.e. (escape-time spread)."""
+    """RESULTS rows: ΔI against ½ log(d2/d1), tolerance 3 s.e. (escape-time spread and κ's seed error)."""
     label = dict(kappa_edge="κ = edge − outlier (THEORY §3)", kappa_zero="κ = −outlier")
     rows = []
     for p in pairs:
@@ -87,4 +99,27 @@ def accuracy_from_pairs(pairs, delta, seeds):
                          theory=p["predicted"], theory_stderr=0.0, simulation=p["delta_integral"], sim_stderr=p["stderr"],
                          d=f"{p['d1']}->{p['d2']}", seeds=seeds, tolerance=tol,
                          agree=bool(np.isfinite(tol) and abs(p["delta_integral"] - p["predicted"]) <= tol)))
+    return rows
+
+
+def combined_rows(pairs_by_delta, seeds):
+    """One row per κ form: the ratio ΔI / (½ log(d2/d1)) of the span pairs (first against last d,
+    one per δ), inverse-variance mean over δ with its s.e. (δ values taken as independent: separate
+    GD runs and separate κ curves); 1 is THEORY §3's prediction, tolerance 3 s.e."""
+    label = dict(kappa_edge="κ = edge − outlier (THEORY §3)", kappa_zero="κ = −outlier")
+    rows = []
+    for name in ("kappa_edge", "kappa_zero"):
+        sp = [(dv, p) for dv, ps in pairs_by_delta for p in ps if p["kappa"] == name and p.get("span")]
+        if not sp:
+            continue
+        r = np.array([p["delta_integral"] / p["predicted"] for _, p in sp])
+        se = np.array([p["stderr"] / p["predicted"] for _, p in sp])
+        w = 1.0 / se**2
+        mean, mse = float(np.sum(w * r) / np.sum(w)), float(1.0 / np.sqrt(np.sum(w)))
+        tol = 3.0 * mse
+        rows.append(dict(quantity=(f"escape, all δ ({', '.join(str(dv) for dv, _ in sp)}): ΔI / ½ log(d2/d1) between "
+                                   f"d={sp[0][1]['d1']} and {sp[0][1]['d2']}, inverse-variance mean, {label[name]}"),
+                         theory=1.0, theory_stderr=0.0, simulation=mean, sim_stderr=mse, d=f"{sp[0][1]['d1']}->{sp[0][1]['d2']}",
+                         seeds=seeds, tolerance=tol, agree=bool(abs(mean - 1.0) <= tol),
+                         per_delta=[dict(delta=dv, ratio=float(x), stderr=float(e)) for (dv, _), x, e in zip(sp, r, se)]))
     return rows

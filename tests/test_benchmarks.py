@@ -490,3 +490,29 @@ def test_committed_device_benchmark_is_consistent():
         h, hs = res["data"]["hvp"], res["setting"]["hvp"]
         assert h["flops"] == 4 * hs["n"] * hs["d"] * hs["m"] and h["bytes"] == 16 * hs["n"] * hs["d"]
         assert h["bytes_per_s"] == pytest.approx(h["bytes"] / h["seconds"], rel=1e-12)
+
+
+def test_escape_integral_closed_forms():
+    """THEORY §3's escape test helpers (benchmarks/escape_integral.py) on closed forms: for κ(t) = 2 + t
+    (linear: the trapezoid rule is exact) I(t) = 2t + t²/2; ΔI's s.e. combines κ(t_esc)·se(t_esc) of both
+    dimensions with ∫_{t1}^{t2} se_κ (constant se_κ = 0.1: 0.1 (t2 − t1))."""
+    import numpy as np
+
+    from benchmarks.escape_integral import escape_pairs, integral
+
+    lr = 0.5
+    kc = [dict(steps=s, kappa_edge=2.0 + s * lr, kappa_edge_se=0.1, kappa_zero=1.0, kappa_zero_se=0.0) for s in range(0, 21, 4)]
+    ts = np.array([c["steps"] * lr for c in kc])
+    for t in (0.7, 3.0, 9.9, 12.0):   # 12 > last checkpoint 10: κ held at its last value beyond it
+        exact = 2 * t + t * t / 2 if t <= 10 else 2 * 10 + 50 + 12.0 * (t - 10)
+        assert abs(integral(ts, np.array([c["kappa_edge"] for c in kc]), t) - exact) < 1e-12
+    t1, t2, se1, se2 = 3.0, 7.0, 0.4, 0.3
+    p = {q["kappa"]: q for q in escape_pairs([200, 400], np.array([t1, t2]), np.array([se1, se2]), kc, lr)}
+    e = p["kappa_edge"]
+    assert abs(e["delta_integral"] - ((2 * t2 + t2**2 / 2) - (2 * t1 + t1**2 / 2))) < 1e-12
+    assert abs(e["stderr_escape_time"] - np.hypot((2 + t1) * se1, (2 + t2) * se2)) < 1e-12
+    assert abs(e["stderr_kappa"] - 0.1 * (t2 - t1)) < 1e-12
+    assert abs(e["stderr"] - np.hypot(e["stderr_escape_time"], e["stderr_kappa"])) < 1e-12
+    z = p["kappa_zero"]
+    assert abs(z["delta_integral"] - (t2 - t1)) < 1e-12 and z["stderr_kappa"] == 0.0
+    assert abs(e["predicted"] - 0.5 * np.log(2)) < 1e-15
