@@ -29,7 +29,7 @@ from dmft import activations
 from dmft.success import success_curve
 
 from .bench_delta_star_trend import problem
-from .escape_integral import accuracy_from_pairs, combined_rows, escape_pairs, kappa_curve
+from .escape_integral import accuracy_from_pairs, combined_rows, escape_pairs, growth_rate_rows, kappa_curve
 
 NAME = "grokking"
 
@@ -53,7 +53,8 @@ def rescore(res: dict) -> dict:
     S, escape = res["setting"], res["data"]["escape"]
     acc = [r for row in escape for r in score_escape(row, S)]
     acc += combined_rows([(r["delta"], r["escape_integral_pairs"]) for r in escape if "escape_integral_pairs" in r], S["seeds"])
-    res["accuracy"] = [r for r in res["accuracy"] if not r["quantity"].startswith("escape")] + acc
+    res["accuracy"] = [r for r in res["accuracy"] if not r["quantity"].startswith(("escape", "growth rate"))] + acc
+    res["accuracy"] += growth_rate_rows(res)
     return res
 
 
@@ -161,7 +162,9 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                 gd={str(d): dict(record_steps=c.record_steps.tolist(), test=c.test_curves.tolist(), train=c.train_curves.tolist(),
                                  success=c.success.tolist(), escape_step=c.escape_step.tolist(),
                                  cos_median=np.median(c.cos_curves, axis=1).tolist()) for d, c in curves.items()})
-    return dict(setting=dict(S, problem="phase retrieval y=z^2, quadratic m=4, a=1/4 frozen, Q0=I, square loss, ridge 0",
-                             init="GD: random init (hard overlap O(d^-1/2)); DMFT: M0=0 (the first phase)",
-                             escape="first step with hard cos > 1/2; time in units of t·η"),
-                accuracy=acc, performance=perf, data=data, figure="grokking.png")
+    res = dict(setting=dict(S, problem="phase retrieval y=z^2, quadratic m=4, a=1/4 frozen, Q0=I, square loss, ridge 0",
+                            init="GD: random init (hard overlap O(d^-1/2)); DMFT: M0=0 (the first phase)",
+                            escape="first step with hard cos > 1/2; time in units of t·η"),
+               accuracy=acc, performance=perf, data=data, figure="grokking.png")
+    res["accuracy"] += growth_rate_rows(res)
+    return res
