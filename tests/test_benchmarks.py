@@ -516,3 +516,23 @@ def test_escape_integral_closed_forms():
     z = p["kappa_zero"]
     assert abs(z["delta_integral"] - (t2 - t1)) < 1e-12 and z["stderr_kappa"] == 0.0
     assert abs(e["predicted"] - 0.5 * np.log(2)) < 1e-15
+
+
+def test_growth_rate_reading_on_a_synthetic_run():
+    """growth_rate_rows: a hard cos growing like c0·exp(½ κ t) at constant κ = (−λ_out) = 0.8 reads 0.5
+    (windows after cos reaches 0.3 are excluded); the edge form κ = 0.2 reads 2."""
+    import numpy as np
+
+    from benchmarks.escape_integral import growth_rate_rows
+
+    lr, rec = 0.5, np.arange(0, 40, 4)
+    cos = 0.02 * np.exp(0.5 * 0.8 * rec * lr)
+    kc = [dict(steps=s, kappa_zero=0.8, kappa_edge=0.2) for s in (0, 10, 40)]
+    res = dict(setting=dict(lr=lr, seeds=3),
+               data=dict(escape=[dict(delta=4.0), dict(delta=5.0, kappa_first_phase=kc)],
+                         gd={"200": dict(record_steps=rec.tolist(), cos_median=[cos.tolist(), cos.tolist()])}))
+    rows = {r["quantity"].split(", ")[1].split(" (")[0]: r for r in growth_rate_rows(res)}
+    z, e = rows["κ = −outlier"], rows["κ = edge − outlier"]
+    assert abs(z["simulation"] - 0.5) < 1e-12 and abs(e["simulation"] - 2.0) < 1e-12
+    n_ok = int(np.sum((cos[1:] < 0.3) & (cos[:-1] < 0.3) & (0.5 * (rec[1:] + rec[:-1]) * lr > 0.5)))
+    assert len(z["windows"]) == n_ok and all(w["delta"] == 5.0 for w in z["windows"])
