@@ -1,7 +1,9 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~13 min for the whole suite on a 2-core CPU with two workers: 778 s
-with 27 benchmarks on 2026-12-03 after the outlier-solve speed-up of session 20, 860 s before; one process,
+Three sizes (``MODES``): ``quick`` (~12–13 min for the whole suite on a 2-core CPU with two workers: 735 s
+with 29 benchmarks on 2026-12-03 (778 s in the previous run: timing noise), 860 s before the outlier-solve
+speed-up of session 20; every JSON records its compilation time (``compile``; 756 s of XLA backend
+compilation in 1432 s of summed benchmark wall time in that run); one process,
 ``--jobs 1``, 1100 s with 25 benchmarks; compilation is most of what is left: e.g. 49 s of 98 s of
 ``design`` alone (183 programs), 55 of 100 s of ``dmft``, 391 programs in ``flows``); written to
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
