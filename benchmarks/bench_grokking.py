@@ -59,6 +59,8 @@ def rescore(res: dict) -> dict:
     acc += combined_rows([(r["delta"], r["escape_integral_pairs"]) for r in escape if "escape_integral_pairs" in r], S["seeds"])
     res["accuracy"] = [r for r in res["accuracy"] if not r["quantity"].startswith(("escape", "growth rate"))] + acc
     res["accuracy"] += growth_rate_rows(res)
+    for p in (p for row in escape for p in row.get("escape_integral_pairs", [])):
+        print(f"   {p['kappa']} d{p['d1']}->{p['d2']}: ΔI={p['delta_integral']:.3f}±{p['stderr']:.3f} (pred {p['predicted']:.3f})")
     return res
 
 
@@ -127,13 +129,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                                    f"d={S['kappa_d']} (hard rows frozen), {S['kappa_seeds']} seeds; predicted slope "
                                    "= 1/(2κ(t_esc)) at the median escape time; units of t·η"))
         escape.append(row)
-        acc.extend(score_escape(row, S))
         print(f"   δ={dv}: escape t·η {med} (all escaped: {all_esc}); slope {row.get('slope_vs_log_d')}, "
-              f"predicted {row.get('predicted_slope')}; " + "; ".join(
-                  f"{p['kappa']} d{p['d1']}->{p['d2']}: ΔI={p['delta_integral']:.3f}±{p['stderr']:.3f} (pred {p['predicted']:.3f})"
-                  for p in row.get("escape_integral_pairs", [])), flush=True)
-    acc.extend(combined_rows([(r["delta"], r["escape_integral_pairs"]) for r in escape if "escape_integral_pairs" in r],
-                             S["seeds"]))
+              f"predicted {row.get('predicted_slope')}", flush=True)
     # figures
     fig, ax = plt.subplots(1, 3, figsize=(15, 4))
     dmax = S["ds"][-1]
@@ -174,5 +171,4 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                             init="GD: random init (hard overlap O(d^-1/2)); DMFT: M0=0 (the first phase)",
                             escape="first step with hard cos > 1/2; time in units of t·η"),
                accuracy=acc, performance=perf, data=data, figure="grokking.png")
-    res["accuracy"] += growth_rate_rows(res)
-    return res
+    return rescore(res)   # the escape-test rows, from the stored escape times and κ curves

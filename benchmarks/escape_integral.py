@@ -98,11 +98,10 @@ def escape_pairs(ds, tesc, tesc_se, kc, lr):
 
 def accuracy_from_pairs(pairs, delta, seeds):
     """RESULTS rows: ΔI against ½ log(d2/d1), tolerance 3 s.e. (escape-time spread and κ's seed error)."""
-    label = KAPPA_LABELS
     rows = []
     for p in pairs:
         tol = 3.0 * p["stderr"]
-        rows.append(dict(quantity=f"escape δ={delta}: ∫κ d(tη) between d={p['d1']} and {p['d2']} vs ½ log(d2/d1), {label[p['kappa']]}",
+        rows.append(dict(quantity=f"escape δ={delta}: ∫κ d(tη) between d={p['d1']} and {p['d2']} vs ½ log(d2/d1), {KAPPA_LABELS[p['kappa']]}",
                          theory=p["predicted"], theory_stderr=0.0, simulation=p["delta_integral"], sim_stderr=p["stderr"],
                          d=f"{p['d1']}->{p['d2']}", seeds=seeds, tolerance=tol,
                          agree=bool(np.isfinite(tol) and abs(p["delta_integral"] - p["predicted"]) <= tol)))
@@ -113,7 +112,6 @@ def combined_rows(pairs_by_delta, seeds):
     """One row per κ form: the ratio ΔI / (½ log(d2/d1)) of the span pairs (first against last d,
     one per δ), inverse-variance mean over δ with its s.e. (δ values taken as independent: separate
     GD runs and separate κ curves); 1 is THEORY §3's prediction, tolerance 3 s.e."""
-    label = KAPPA_LABELS
     rows = []
     for name in KAPPA_LABELS:
         sp = [(dv, p) for dv, ps in pairs_by_delta for p in ps if p["kappa"] == name and p.get("span")]
@@ -125,7 +123,7 @@ def combined_rows(pairs_by_delta, seeds):
         mean, mse = float(np.sum(w * r) / np.sum(w)), float(1.0 / np.sqrt(np.sum(w)))
         tol = 3.0 * mse
         rows.append(dict(quantity=(f"escape, all δ ({', '.join(str(dv) for dv, _ in sp)}): ΔI / ½ log(d2/d1) between "
-                                   f"d={sp[0][1]['d1']} and {sp[0][1]['d2']}, inverse-variance mean, {label[name]}"),
+                                   f"d={sp[0][1]['d1']} and {sp[0][1]['d2']}, inverse-variance mean, {KAPPA_LABELS[name]}"),
                          theory=1.0, theory_stderr=0.0, simulation=mean, sim_stderr=mse, d=f"{sp[0][1]['d1']}->{sp[0][1]['d2']}",
                          seeds=seeds, tolerance=tol, agree=bool(abs(mean - 1.0) <= tol),
                          per_delta=[dict(delta=dv, ratio=float(x), stderr=float(e)) for (dv, _), x, e in zip(sp, r, se)]))
@@ -140,11 +138,10 @@ def growth_rate_rows(res: dict, cos_max: float = 0.3, t_min: float = 0.5) -> lis
     One row per κ form: the median ratio over all (δ, d, window) with the number of windows; 1 if
     the hard overlap grows at that rate (‖W‖ changes by < 5% over these windows)."""
     S, lr = res["setting"], res["setting"]["lr"]
-    label = KAPPA_LABELS
-    rows, per = [], {n: [] for n in label}
+    rows, per = [], {n: [] for n in KAPPA_LABELS}
     for i, e in enumerate(res["data"]["escape"]):
         curves = {n: rows_ for rows_ in (e.get("kappa_first_phase"), e.get("kappa_tangent")) if rows_
-                  for n in label if n in rows_[0]}
+                  for n in KAPPA_LABELS if n in rows_[0]}
         for d, g in res["data"]["gd"].items():
             t = np.asarray(g["record_steps"], float) * lr
             c = np.asarray(g["cos_median"][i], float)
@@ -160,7 +157,7 @@ def growth_rate_rows(res: dict, cos_max: float = 0.3, t_min: float = 0.5) -> lis
         if not lst:
             continue
         r = np.array([x["ratio"] for x in lst])
-        rows.append(dict(quantity=(f"growth rate of the GD hard cos before escape / κ(t) of the first phase, {label[n]} "
+        rows.append(dict(quantity=(f"growth rate of the GD hard cos before escape / κ(t) of the first phase, {KAPPA_LABELS[n]} "
                                    f"(median over {len(r)} windows, all δ and d; cos < {cos_max})"),
                          theory=1.0, theory_stderr=0.0, simulation=float(np.median(r)), sim_stderr=None,
                          d=", ".join(sorted({str(x["d"]) for x in lst}, key=int)), seeds=S["seeds"],
