@@ -14,7 +14,12 @@ benchmark used the per-path s.e. For each d, ``dmft.simulate`` runs ``seeds`` se
 the per-seed spread of the train error at T gives the number of seeds GD needs to reach the
 DMFT's error bar, ``max(1, (sd_seed / sd_dmft)²)``; where one seed is already more precise, the
 DMFT needs ``max(1, (sd_dmft / sd_seed)²)`` times the paths, and its time is scaled by that factor
-(cost ∝ paths); the ratio is ``GD time / DMFT time`` at equal error bars. GD additionally carries an O(1/d) bias that the
+(cost ∝ paths); the ratio is ``GD time / DMFT time`` at equal error bars. Both spreads are
+themselves estimates (relative s.e. of a Gaussian sample sd: ``1/sqrt(2(n−1))``) and the ratio goes
+as their squared quotient, so it carries a factor range ``exp(±2 sqrt(ε_seed² + ε_keys²))``
+(``ratio_range``). Session 23 found the 4-seed spread at d = 4000 low by ~2.5× by chance (same
+key: 1.07e-2 / 8.8e-3 from seeds 0–3 against 2.6e-2 / 2.2e-2 from 16 seeds at T = 25 / 50), which
+made the committed ratio ~6× too small; the standard run now uses 16 GD seeds. GD additionally carries an O(1/d) bias that the
 DMFT does not have (not counted here). The DMFT's exact per-path Jacobians cost
 O(paths·T³·m³) (the adjoint sweep (6) per step), GD costs O(seeds·T·n·d·m): the ratio falls
 with T (measured DMFT time ∝ T^1.6 at T = 25–100, heading to T³) and grows with d.
@@ -36,11 +41,11 @@ NAME = "dmft_cost"
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
     quick, tiny = mode != "full", mode == "quick"
-    S = dict(delta=3.0, lr=0.1, paths=20_000, Ts=[25, 50, 100], ds=[1000, 2000, 4000], seeds=4, keys=8)
+    S = dict(delta=3.0, lr=0.1, paths=20_000, Ts=[25, 50, 100], ds=[1000, 2000, 4000], seeds=16, keys=8)
     if tiny:
-        S.update(Ts=[25, 50], ds=[500, 1000], paths=10_000, keys=4)
+        S.update(Ts=[25, 50], ds=[500, 1000], paths=10_000, keys=4, seeds=8)
     if not quick:
-        S.update(paths=100_000, Ts=[25, 50, 100, 200], ds=[1000, 4000, 16000], seeds=8)
+        S.update(paths=100_000, Ts=[25, 50, 100, 200], ds=[1000, 4000, 16000], seeds=16)
     return measure(S, outdir, NAME)
 
 
@@ -85,12 +90,17 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
             t_gd = t_r / S["seeds"] * need
             t_dm = dm["run_s"] * paths_factor
             ratio = t_gd / t_dm
-            data["gd"][f"{d},{T}"] = dict(d=d, T=T, run_s=t_r, compile_and_run_s=t_c, seed_sd=sd, seeds_needed=need,
+            rse_seed = 1 / np.sqrt(2 * (S["seeds"] - 1))
+            spread = float(np.exp(2 * np.hypot(rse_seed, dm["sd_over_keys_rel_stderr"])))
+            data["gd"][f"{d},{T}"] = dict(d=d, T=T, run_s=t_r, compile_and_run_s=t_c, seed_sd=sd,
+                                          seed_sd_rel_stderr=float(rse_seed), seeds_needed=need,
                                           dmft_paths_factor=paths_factor, gd_time_equal_error=t_gd,
-                                          dmft_time_equal_error=t_dm, ratio=ratio)
+                                          dmft_time_equal_error=t_dm, ratio=ratio,
+                                          ratio_range=[ratio / spread, ratio * spread])
             perf.append(dict(what=f"GD d={d} vs DMFT at T={T}: equal error bars on the train error", value=t_gd,
                              unit="s (GD)", ratio=ratio,
-                             note=(f"ratio = GD / DMFT time; seed sd {sd:.2e} -> {need:.1f} seeds x {t_r / S['seeds']:.2f} s; "
+                             note=(f"ratio = GD / DMFT time (1-s.e. range {ratio / spread:.2g}-{ratio * spread:.2g}); "
+                                   f"seed sd {sd:.2e} ({S['seeds']} seeds) -> {need:.1f} seeds x {t_r / S['seeds']:.2f} s; "
                                    f"DMFT {t_dm:.2f} s ({paths_factor:.1f} x {S['paths']} paths, "
                                    f"sd over keys {dm['sd_over_keys']:.2e})")))
     Ts = np.array(S["Ts"], float)

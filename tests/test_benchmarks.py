@@ -443,7 +443,8 @@ def test_committed_dmft_cost_uses_the_spread_over_keys():
     """DMFT against GD at equal error bars (issue #2's speed goal): the DMFT error bar is the spread of
     the train error over independent keys (the paths interact through the kernels, so the per-path s.e.
     is not it), and every ratio follows from the stored times and spreads."""
-    for res in (_load("dmft_cost"), json.loads((RESULTS / "quick" / "dmft_cost.json").read_text())):
+    for res in (_load("dmft_cost"), _load("dmft_cost_t200"),
+                json.loads((RESULTS / "quick" / "dmft_cost.json").read_text())):
         S, data = res["setting"], res["data"]
         for T in S["Ts"]:
             dm = data["dmft"][str(T)]
@@ -458,6 +459,11 @@ def test_committed_dmft_cost_uses_the_spread_over_keys():
                 assert g["seeds_needed"] == pytest.approx(need, rel=1e-12)
                 assert g["dmft_paths_factor"] == pytest.approx(more_paths, rel=1e-12)
                 assert g["ratio"] == pytest.approx(g["run_s"] / S["seeds"] * need / (dm["run_s"] * more_paths), rel=1e-12)
+                # GD's error bar is itself a sample sd: enough seeds (4 gave a spread 2.5x too small by
+                # chance at d = 4000), and the ratio carries the uncertainty of both spreads
+                eps = np.hypot(1 / np.sqrt(2 * (S["seeds"] - 1)), dm["sd_over_keys_rel_stderr"])
+                assert S["seeds"] >= 8 and g["seed_sd_rel_stderr"] == pytest.approx(1 / np.sqrt(2 * (S["seeds"] - 1)))
+                assert g["ratio_range"] == pytest.approx([g["ratio"] * np.exp(-2 * eps), g["ratio"] * np.exp(2 * eps)])
 
 
 def test_committed_end_to_end_runs_the_contract_command():
