@@ -19,7 +19,12 @@ themselves estimates (relative s.e. of a Gaussian sample sd: ``1/sqrt(2(n−1))`
 as their squared quotient, so it carries a factor range ``exp(±2 sqrt(ε_seed² + ε_keys²))``
 (``ratio_range``). Session 23 found the 4-seed spread at d = 4000 low by ~2.5× by chance (same
 key: 1.07e-2 / 8.8e-3 from seeds 0–3 against 2.6e-2 / 2.2e-2 from 16 seeds at T = 25 / 50), which
-made the committed ratio ~6× too small; the standard run now uses 16 GD seeds. GD additionally carries an O(1/d) bias that the
+made the committed ratio ~6× too small; the standard run now uses 16 GD seeds. With 16 seeds
+the GD spread follows the sample size: ≈ 2.2/sqrt(n) (n = δd), the per-path loss spread of the
+DMFT (heavy-tailed (z₂² − 1)² terms), so equal error bars mean paths ≈ n × (kernel noise
+factor)² ≈ n/2, and GD/DMFT time ∝ (n·d·T)/(n·T^{2…3}) = d/T^{1…2}: the ratio grows with d and
+falls with T. The same runs are an accuracy check (``accuracy``): DMFT train error (mean of the
+keys) against GD's (mean of the seeds) at every (d, T), within 3 combined s.e. GD additionally carries an O(1/d) bias that the
 DMFT does not have (not counted here). The DMFT's exact per-path Jacobians cost
 O(paths·T³·m³) (the adjoint sweep (6) per step), GD costs O(seeds·T·n·d·m): the ratio falls
 with T (measured DMFT time ∝ T^1.6 at T = 25–100, heading to T³) and grows with d.
@@ -57,7 +62,7 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
     import matplotlib.pyplot as plt
 
     P = easy_hard_problem()
-    perf, data = [], dict(dmft={}, gd={})
+    perf, acc, data = [], [], dict(dmft={}, gd={})
     for T in S["Ts"]:
         _, t_c = _timed(dmft.solve, P, S["delta"], S["lr"], T, S["paths"], jax.random.key(1), save_samples_at=(T,))
         tr, t_r = _timed(dmft.solve, P, S["delta"], S["lr"], T, S["paths"], jax.random.key(2), save_samples_at=(T,))
@@ -72,7 +77,9 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
         sd = float(np.std(vals, ddof=1))  # error bar of one solve with `paths` paths
         sd_rel_se = 1 / np.sqrt(2 * (S["keys"] - 1))  # relative s.e. of a Gaussian sample sd
         data["dmft"][str(T)] = dict(run_s=t_r, compile_and_run_s=t_c, train_error=float(tr.train_error[T]),
-                                    train_error_keys=vals, sd_over_keys=sd, sd_over_keys_rel_stderr=float(sd_rel_se),
+                                    train_error_keys=vals, train_error_mean=float(np.mean(vals)),
+                                    train_error_mean_stderr=sd / np.sqrt(len(vals)),
+                                    sd_over_keys=sd, sd_over_keys_rel_stderr=float(sd_rel_se),
                                     per_path_stderr=se_path, kernel_noise_factor=sd / se_path)
         perf.append(dict(what=f"DMFT m=2 T={T}, {S['paths']} paths: run (after compile)", value=t_r, unit="s", ratio=None,
                          note=(f"first call incl. compile {t_c:.2f} s; train-error sd over {S['keys']} keys {sd:.2e} "
@@ -81,8 +88,10 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
         for T in S["Ts"]:
             _, t_c = _timed(dmft.simulate, P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(3))
             sim, t_r = _timed(dmft.simulate, P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(4))
-            sd = float(np.std(np.asarray(sim.train_error_seeds[:, T]), ddof=1))
+            te = np.asarray(sim.train_error_seeds[:, T])
+            sd = float(np.std(te, ddof=1))
             dm = data["dmft"][str(T)]
+            acc.append(accuracy_row(d, T, S, dm, te))
             need = max(1.0, (sd / dm["sd_over_keys"]) ** 2)
             # where one GD seed is already more precise, the DMFT needs more paths (variance and the
             # dominant O(paths·T³) cost both scale with paths): its time is scaled up by the same rule
@@ -92,7 +101,7 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
             ratio = t_gd / t_dm
             rse_seed = 1 / np.sqrt(2 * (S["seeds"] - 1))
             spread = float(np.exp(2 * np.hypot(rse_seed, dm["sd_over_keys_rel_stderr"])))
-            data["gd"][f"{d},{T}"] = dict(d=d, T=T, run_s=t_r, compile_and_run_s=t_c, seed_sd=sd,
+            data["gd"][f"{d},{T}"] = dict(d=d, T=T, run_s=t_r, compile_and_run_s=t_c, train_error_seeds=te.tolist(), seed_sd=sd,
                                           seed_sd_rel_stderr=float(rse_seed), seeds_needed=need,
                                           dmft_paths_factor=paths_factor, gd_time_equal_error=t_gd,
                                           dmft_time_equal_error=t_dm, ratio=ratio,
@@ -124,4 +133,18 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
     plt.close(fig)
     return dict(setting=dict(S, problem="y=z1+(z2^2-1)+0.2eps, erf-GeLU m=2, a=(1,-0.5) frozen, Q0=I, M0=0, square loss",
                              device=jax.default_backend()),
-                accuracy=[], performance=perf, data=data, figure=f"{name}.png")
+                accuracy=acc, performance=perf, data=data, figure=f"{name}.png")
+
+
+def accuracy_row(d: int, T: int, S: dict, dm: dict, te) -> dict:
+    """The same runs as an accuracy check: the DMFT train error at T (mean over the keys, s.e. from
+    their spread) against GD's (mean over the seeds at d), agreement within 3 combined s.e. with no
+    finite-size allowance (GD's O(1/d) bias would show as disagreement at small d)."""
+    te = np.asarray(te, float)
+    gd_se = float(np.std(te, ddof=1) / np.sqrt(te.size))
+    th, th_se = dm["train_error_mean"], dm["train_error_mean_stderr"]
+    tol = 3 * float(np.hypot(gd_se, th_se))
+    return dict(quantity=(f"train error at T={T} (m=2 easy+hard, δ={S['delta']}, η={S['lr']}): DMFT mean of "
+                          f"{S['keys']} keys x {S['paths']} paths vs GD (3 s.e., no finite-size allowance)"),
+                theory=th, simulation=float(te.mean()), sim_stderr=gd_se, dmft_stderr=th_se, d=d, seeds=int(te.size),
+                tolerance=tol, agree=bool(abs(th - te.mean()) <= tol))
