@@ -27,7 +27,7 @@ falls with T. The same runs are an accuracy check (``accuracy``): DMFT train err
 keys) against GD's (mean of the seeds) at every (d, T), within 3 combined s.e. GD additionally carries an O(1/d) bias that the
 DMFT does not have (not counted here). The DMFT's exact per-path Jacobians cost
 O(paths·T³·m³) (the adjoint sweep (6) per step), GD costs O(seeds·T·n·d·m): the ratio falls
-with T (measured DMFT time ∝ T^1.6 at T = 25–100, heading to T³) and grows with d.
+with T (measured DMFT time ∝ T^1.6–2.0 at T = 25–100, heading to T³) and grows with d.
 """
 
 from __future__ import annotations
@@ -75,15 +75,16 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
                              save_samples_at=(T,)).train_error[T])  # same program as the timed run
             for i in range(S["keys"] - 1)]
         sd = float(np.std(vals, ddof=1))  # error bar of one solve with `paths` paths
-        sd_rel_se = 1 / np.sqrt(2 * (S["keys"] - 1))  # relative s.e. of a Gaussian sample sd
+        sd_rel_se = sd_rel_stderr(S["keys"])
         data["dmft"][str(T)] = dict(run_s=t_r, compile_and_run_s=t_c, train_error=float(tr.train_error[T]),
                                     train_error_keys=vals, train_error_mean=float(np.mean(vals)),
                                     train_error_mean_stderr=sd / np.sqrt(len(vals)),
-                                    sd_over_keys=sd, sd_over_keys_rel_stderr=float(sd_rel_se),
+                                    sd_over_keys=sd, sd_over_keys_rel_stderr=sd_rel_se,
                                     per_path_stderr=se_path, kernel_noise_factor=sd / se_path)
         perf.append(dict(what=f"DMFT m=2 T={T}, {S['paths']} paths: run (after compile)", value=t_r, unit="s", ratio=None,
                          note=(f"first call incl. compile {t_c:.2f} s; train-error sd over {S['keys']} keys {sd:.2e} "
                                f"(± {100 * sd_rel_se:.0f}%), {sd / se_path:.2f}x the per-path s.e. {se_path:.2e}")))
+    rse_seed = sd_rel_stderr(S["seeds"])
     for d in S["ds"]:
         for T in S["Ts"]:
             _, t_c = _timed(dmft.simulate, P, d, S["delta"], S["lr"], T, S["seeds"], jax.random.key(3))
@@ -99,10 +100,9 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
             t_gd = t_r / S["seeds"] * need
             t_dm = dm["run_s"] * paths_factor
             ratio = t_gd / t_dm
-            rse_seed = 1 / np.sqrt(2 * (S["seeds"] - 1))
             spread = float(np.exp(2 * np.hypot(rse_seed, dm["sd_over_keys_rel_stderr"])))
             data["gd"][f"{d},{T}"] = dict(d=d, T=T, run_s=t_r, compile_and_run_s=t_c, train_error_seeds=te.tolist(), seed_sd=sd,
-                                          seed_sd_rel_stderr=float(rse_seed), seeds_needed=need,
+                                          seed_sd_rel_stderr=rse_seed, seeds_needed=need,
                                           dmft_paths_factor=paths_factor, gd_time_equal_error=t_gd,
                                           dmft_time_equal_error=t_dm, ratio=ratio,
                                           ratio_range=[ratio / spread, ratio * spread])
@@ -134,6 +134,11 @@ def measure(S: dict, outdir: pathlib.Path, name: str) -> dict:
     return dict(setting=dict(S, problem="y=z1+(z2^2-1)+0.2eps, erf-GeLU m=2, a=(1,-0.5) frozen, Q0=I, M0=0, square loss",
                              device=jax.default_backend()),
                 accuracy=acc, performance=perf, data=data, figure=f"{name}.png")
+
+
+def sd_rel_stderr(n: int) -> float:
+    """Relative standard error of the sample sd of ``n`` Gaussian values, ``1/sqrt(2(n−1))``."""
+    return float(1 / np.sqrt(2 * (n - 1)))
 
 
 def accuracy_row(d: int, T: int, S: dict, dm: dict, te) -> dict:

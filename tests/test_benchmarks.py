@@ -444,7 +444,7 @@ def test_committed_dmft_cost_uses_the_spread_over_keys():
     the train error over independent keys (the paths interact through the kernels, so the per-path s.e.
     is not it), and every ratio follows from the stored times and spreads. The DMFT train error agrees
     with GD's at every (d, T) within 3 combined s.e. (up to T = 200 at d = 4000)."""
-    from benchmarks.bench_dmft_cost import accuracy_row
+    from benchmarks.bench_dmft_cost import accuracy_row, sd_rel_stderr
 
     for res in (_load("dmft_cost"), _load("dmft_cost_t200"),
                 json.loads((RESULTS / "quick" / "dmft_cost.json").read_text())):
@@ -464,7 +464,7 @@ def test_committed_dmft_cost_uses_the_spread_over_keys():
                 assert g["ratio"] == pytest.approx(g["run_s"] / S["seeds"] * need / (dm["run_s"] * more_paths), rel=1e-12)
                 # GD's error bar is itself a sample sd: enough seeds (4 gave a spread 2.5x too small by
                 # chance at d = 4000), and the ratio carries the uncertainty of both spreads
-                eps = np.hypot(1 / np.sqrt(2 * (S["seeds"] - 1)), dm["sd_over_keys_rel_stderr"])
+                eps = np.hypot(sd_rel_stderr(S["seeds"]), dm["sd_over_keys_rel_stderr"])
                 assert S["seeds"] >= 8 and g["seed_sd_rel_stderr"] == pytest.approx(1 / np.sqrt(2 * (S["seeds"] - 1)))
                 assert g["ratio_range"] == pytest.approx([g["ratio"] * np.exp(-2 * eps), g["ratio"] * np.exp(2 * eps)])
                 # the same runs as an accuracy check, recomputed from the stored per-seed and per-key values
