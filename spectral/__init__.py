@@ -23,7 +23,7 @@ from .lanczos import (LanczosResult, SLQResult, lanczos_extreme, stochastic_lanc
                       subspace_overlap)
 from .law import (BlockLaw, detect_unbounded, law_from_dmft, law_from_problem, law_from_samples,  # noqa: E402
                   sample_blocks, truncate, unbounded_through_labels)
-from .outliers import A_derivative, A_matrix, OutlierResult, outlier  # noqa: E402
+from .outliers import A_derivative, A_matrix, OutlierResult, all_outliers, outlier  # noqa: E402
 from .quadrature import normal_nodes, teacher_nodes  # noqa: E402
 from .spectral_methods import (SpectralMethodResult, spectral_method, spectral_method_law,  # noqa: E402
                                spectral_method_threshold, weak_recovery_threshold)
@@ -39,7 +39,7 @@ __all__ = [
     "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "truncate",
     "detect_unbounded", "unbounded_through_labels",
     "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "fixed_point_map", "linearization",
-    "OutlierResult", "outlier", "A_matrix", "A_derivative",
+    "OutlierResult", "outlier", "all_outliers", "A_matrix", "A_derivative",
     "StationaryThreshold", "delta_nn_stationary", "margins_at_stationary",
     "ThresholdGradient", "ThresholdGradientError", "threshold_gradient", "DesignResult", "design",
     "SpectralMethodResult", "spectral_method", "spectral_method_threshold", "spectral_method_law",

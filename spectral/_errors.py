@@ -41,8 +41,10 @@ def message(code) -> str:
     return MESSAGES.get(int(code), f"unknown status {int(code)}")
 
 
-def check_status(status, what: str, throw: bool, ok=(SUCCESS,)):
-    """Raise :class:`SpectralError` if ``throw`` and ``status`` (concrete) is not in ``ok``."""
+def check_status(status, what: str, throw: bool, ok=(SUCCESS,), messages=None):
+    """Raise :class:`SpectralError` if ``throw`` and ``status`` (concrete) is not in ``ok``.
+    ``messages``: per-code texts that replace the default ones for this caller (e.g. Lanczos,
+    whose MAX_ITERS fix is ``max_iters``/``tol``, not the fixed point's ``max_steps``/``eps``)."""
     if not throw:
         return
     try:
@@ -51,7 +53,8 @@ def check_status(status, what: str, throw: bool, ok=(SUCCESS,)):
         return
     bad = [int(c) for c in np.ravel(s) if int(c) not in ok]
     if bad:
-        raise SpectralError(f"{what}: {message(bad[0])} (status {bad[0]}; {len(bad)} of {s.size} "
+        text = (messages or {}).get(bad[0]) or message(bad[0])
+        raise SpectralError(f"{what}: {text} (status {bad[0]}; {len(bad)} of {s.size} "
                             "points failed). Pass throw=False to get the status instead.")
 
 

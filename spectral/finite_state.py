@@ -64,6 +64,21 @@ class StateOutlier(eqx.Module):
         return float(self.constrained_edge - self.eigenvalues[0])
 
 
+def shift_above(D, n, d, ridge=0.0):
+    """A level above the whole spectrum of ``(1/n) Σ x xᵀ ⊗ D + ridge`` with high probability
+    (10× the Marchenko–Pastur scale of ``max|D|``); traceable."""
+    return 10.0 * jnp.max(jnp.abs(D)) * (1 + jnp.sqrt(d / n)) ** 2 + jnp.abs(ridge) + 1.0
+
+
+def hard_rows_shifted(mv, hard_rows, big):
+    """Matvec of ``H`` with the hard rows removed: those rows are decoupled and sent to ``big``
+    (above the spectrum), so the smallest eigenvalue of the result is the smallest eigenvalue of
+    ``H`` restricted to the non-hard rows (the finite-d bulk edge seen by everything but the hard
+    directions). ``hard_rows``: boolean (d,). Pure and traceable: use it inside ``jit``."""
+    mask = jnp.asarray(hard_rows)[:, None]
+    return lambda V: jnp.where(mask, big * V, mv(jnp.where(mask, 0.0, V)))
+
+
 def hard_outlier_at_state(problem, X, y, W, a, *, hard=None, k: int = 6, method: str = "auto",
                           key=None, theory: bool = True) -> StateOutlier:
     """Bottom eigenpairs of the W-Hessian at ``(X, y, W, a)`` with their hard-row weights, the
@@ -99,13 +114,7 @@ def hard_outlier_at_state(problem, X, y, W, a, *, hard=None, k: int = 6, method:
         mv = block_matvec(X, D, ridge)
         res = lanczos_extreme(mv, (d, m), k, key, which="smallest")
         ev, vec = np.asarray(res.eigenvalues), np.moveaxis(np.asarray(res.eigenvectors), 0, -1)
-        mask = jnp.asarray(rows)[:, None]
-        big = 10.0 * float(jnp.max(jnp.abs(D))) * (1 + np.sqrt(d / n)) ** 2 + abs(ridge) + 1.0
-
-        def mv_c(V):
-            Vp = jnp.where(mask, 0.0, V)
-            return jnp.where(mask, big * V, mv(Vp))
-
+        mv_c = hard_rows_shifted(mv, jnp.asarray(rows), shift_above(D, n, d, ridge))
         res_c = lanczos_extreme(mv_c, (d, m), 1, jax.random.fold_in(key, 1), which="smallest")
         edge_c = float(res_c.eigenvalues[0])
     hw = (vec[list(hard)] ** 2).sum(axis=(0, 1))

@@ -153,7 +153,10 @@ def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e
     theta, vecs, res, conv, its, ghosts, status = out
     res_ = LanczosResult(eigenvalues=theta, eigenvectors=vecs.reshape((k,) + shape), residuals=res,
                          converged=conv, iterations=its, ghosts=ghosts, status=status, which=which)
-    check_status(status, "lanczos_extreme", throw)
+    check_status(status, "lanczos_extreme", throw, messages={
+        MAX_ITERS: (f"not every wanted Ritz pair reached the residual tolerance tol={tol:g} within max_iters={K} "
+                    "matvecs (small gaps between the wanted eigenvalues and the rest converge slowly); "
+                    "increase max_iters or loosen tol")})
     return res_
 
 

@@ -92,13 +92,19 @@ class OutlierResult(eqx.Module):
     setting: dict = eqx.field(static=True, default=None)
 
 
-def _ext_eig(A, side):
+def _branch_index(side, branch, size):
+    """Position in the ascending eigenvalues of A of eigenvalue branch ``branch`` counted from
+    the ``side``'s extreme (0: the extreme one: smallest for "bottom", largest for "top")."""
+    return jnp.where(side == 0, branch, size - 1 - branch)
+
+
+def _ext_eig(A, side, branch=0):
     ev = jnp.linalg.eigvalsh(A)
-    return jnp.where(side == 0, ev[0], ev[-1])
+    return ev[_branch_index(side, branch, A.shape[0])]
 
 
 def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level,
-                  probe_steps=PROBE_STEPS):
+                  probe_steps=PROBE_STEPS, branch=0):
     edge, S_edge, rho, br, its_e, res_e, st_e = _edge_core(law, delta, side, tol, max_steps, damping,
                                                            solver, bisections, substeps, probe_steps)
     far, _ = _far_point(law, delta, side)
@@ -109,7 +115,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
     far = jnp.where(side == 0, jnp.minimum(far, cut - jnp.abs(edge - far)), jnp.maximum(far, cut + jnp.abs(edge - far)))
     S_cut, _, _, _, _ = _real_point(law, cut, delta, S_edge, side, tol, max_steps, damping, solver)
     S_cut = jnp.where(cut == edge, S_edge, S_cut)
-    margin = _ext_eig(A_matrix(S_cut, cut, law, delta), side)
+    margin = _ext_eig(A_matrix(S_cut, cut, law, delta), side, branch)
     exists = (sgn * margin < 0) & (st_e == SUCCESS)
     m = law.m
     S_far0 = jnp.linalg.inv(jnp.tensordot(law.weights, law.D, axes=(0, 0)) - far * jnp.eye(m))
@@ -122,7 +128,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
         mid = 0.5 * (a + b)
         S0 = jnp.where(jnp.abs(mid - a) < jnp.abs(mid - b), Sa, Sb)
         S, its, res, _, ok = _real_point(law, mid, delta, S0, side, tol, max_steps, damping, solver)
-        f = sgn * _ext_eig(A_matrix(S, mid, law, delta), side)
+        f = sgn * _ext_eig(A_matrix(S, mid, law, delta), side, branch)
         go_far = f > 0
         a, Sa = jnp.where(go_far, mid, a), jnp.where(go_far, S, Sa)
         b, Sb = jnp.where(go_far, b, mid), jnp.where(go_far, Sb, S)
@@ -133,7 +139,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
     S0, _, res, _, ok = _real_point(law, lam0, delta, Sa, side, tol, max_steps, damping, solver)
     A = A_matrix(S0, lam0, law, delta)
     ev, V = jnp.linalg.eigh(A)
-    bvec = jnp.where(side == 0, V[:, 0], V[:, -1])
+    bvec = V[:, _branch_index(side, branch, A.shape[0])]
     Ap, _ = A_derivative(S0, lam0, law, delta)
     cos2 = -1.0 / (bvec @ Ap @ bvec)               # residue of A(z)^{-1} at λ_0
     status = jnp.where(st_e != SUCCESS, st_e, jnp.where(exists, SUCCESS, NO_OUTLIER))
@@ -142,6 +148,17 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
 
 
 _outlier_core_jit = eqx.filter_jit(_outlier_core)
+
+
+def _all_outliers_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level, probe_steps,
+                       branches):
+    """``_outlier_core`` for every eigenvalue branch of A at once (vmap over ``branches``; the edge
+    solve does not depend on the branch, so it is computed once)."""
+    return jax.vmap(lambda b: _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps,
+                                            level, probe_steps, b))(branches)
+
+
+_all_outliers_core_jit = eqx.filter_jit(_all_outliers_core)
 
 
 def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
@@ -155,31 +172,67 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
     ``level``: only count an outlier beyond it (below it for ``side="bottom"``), e.g.
     ``level=-ridge`` for a *negative* eigenvalue of ``H + ridge·I`` (THEORY §2's δ*(t)
     criterion). The margin is then ``μ_ext(A(cut))`` at ``cut = min(edge, level)`` (max for
-    "top"): still continuous in δ and negative iff such an outlier exists. Default: the edge."""
+    "top"): still continuous in δ and negative iff such an outlier exists. Default: the edge.
+    :func:`all_outliers` gives every outlier on the side (this one is its branch 0)."""
+    return _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
+                     probe_steps, throw, every_branch=False)
+
+
+def all_outliers(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
+                 damping=0.5, solver="newton", bisections=44, substeps=2, level=None, probe_steps=PROBE_STEPS,
+                 throw=True) -> OutlierResult:
+    """Every outlier on ``side`` along the hard subspace, one per eigenvalue branch of ``A``.
+
+    ``A(λ)`` is (h m)×(h m) and each of its eigenvalues decreases strictly in λ outside the
+    support (module docstring), so on each side the equation ``det A(λ) = 0`` has at most h·m
+    roots, one per branch: branch ``j`` (counted from the side's extreme: the ``j``-th smallest
+    eigenvalue of ``A`` for "bottom", the ``j``-th largest for "top") has a root beyond the
+    edge iff it is already past zero at the edge (``margin[j]``). Branch 0 is :func:`outlier`'s
+    result (same numbers). With a width-m student and one hard direction there can be up to m
+    outliers (e.g. the m = 2 quadratic student under a Huber loss on phase retrieval: two, both
+    found at finite d, ``benchmarks/bench_spectral_dmft_state.py``); the j-th eigenvalue below the
+    edge of the finite-d Hessian is compared with branch j, its eigenvector's hard weight with
+    ``cosine2[j]``.
+
+    Returns an :class:`OutlierResult` whose array fields have a leading axis of length h·m
+    (``edge`` repeated), ordered from the extreme inward, so ``eigenvalue`` is sorted away from
+    the bulk first; ``exists.sum()`` is the number of outliers. Arguments as in :func:`outlier`.
+    """
+    return _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
+                     probe_steps, throw, every_branch=True)
+
+
+def _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
+              probe_steps, throw, every_branch):
+    what = "all_outliers" if every_branch else "outlier"
     if law.zeta is None:
-        raise SpectralError("outlier needs the hard coordinates: build the law with zeta=... (the "
+        raise SpectralError(f"{what} needs the hard coordinates: build the law with zeta=... (the "
                             "coordinates of x along the hard directions, e.g. z[:, hard]).")
     _check_delta(delta)
     _check_probe_steps(probe_steps)
-    law_used, conv = _resolve_convention(law, side, convention, n, "outlier")
+    law_used, conv = _resolve_convention(law, side, convention, n, what)
     s = 0 if side == "bottom" else 1
     hm = law.zeta.shape[1] * law.m
     setting = dict(law=law_used.source, m=law.m, hard_dims=int(law.zeta.shape[1]), samples=law_used.size,
                    delta=_f(delta), side=side, solver=solver, bisections=bisections, max_steps=max_steps,
                    probe_steps=min(probe_steps, max_steps), level=None if level is None else _f(level),
                    convention="strict" if conv == "strict-unbounded" else conv)
+    if every_branch:
+        setting["branches"] = hm
     if conv == "strict-unbounded":
         setting["note"] = ("support unbounded on this side: in the strict limit there is no edge and no "
                            "outlier (use convention='finite-n' for the truncated law)")
-        return OutlierResult(eigenvalue=jnp.asarray(jnp.nan), cosine2=jnp.asarray(0.0),
-                             edge=jnp.asarray(-jnp.inf if s == 0 else jnp.inf), exists=jnp.asarray(False),
-                             vector=jnp.full((hm,), jnp.nan), margin=jnp.asarray(jnp.nan),
-                             residual=jnp.asarray(jnp.nan), iterations=jnp.asarray(0),
-                             status=jnp.asarray(UNBOUNDED_SUPPORT), side=side, convention="strict",
+        lead = (hm,) if every_branch else ()
+        return OutlierResult(eigenvalue=jnp.full(lead, jnp.nan), cosine2=jnp.zeros(lead),
+                             edge=jnp.full(lead, -jnp.inf if s == 0 else jnp.inf), exists=jnp.zeros(lead, bool),
+                             vector=jnp.full(lead + (hm,), jnp.nan), margin=jnp.full(lead, jnp.nan),
+                             residual=jnp.full(lead, jnp.nan), iterations=jnp.zeros(lead, int),
+                             status=jnp.full(lead, UNBOUNDED_SUPPORT), side=side, convention="strict",
                              setting=setting)
     lev = (jnp.inf if s == 0 else -jnp.inf) if level is None else level
-    out = _outlier_core_jit(for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver,
-                            bisections, substeps, jnp.asarray(lev, float), probe_steps)
+    args = (for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver, bisections,
+            substeps, jnp.asarray(lev, float), probe_steps)
+    out = _all_outliers_core_jit(*args, jnp.arange(hm)) if every_branch else _outlier_core_jit(*args)
     res = OutlierResult(*out, side=side, convention=conv, setting=setting)
-    check_status(res.status, f"outlier(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))
+    check_status(res.status, f"{what}(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))
     return res

@@ -239,7 +239,7 @@ def _stieltjes_grid(law, lam, delta, eps, tol, max_steps, damping, solver, stage
 
 
 def density(law: BlockLaw, lam, delta, eps=1e-3, **kw):
-    """Bulk density ``−(1/π) Im tr S(λ + iε)/m`` (see :func:`stieltjes`)."""
+    """Bulk density ``+(1/π) Im tr S(λ + iε)/m`` (``Im S > 0`` above the axis; see :func:`stieltjes`)."""
     return stieltjes(law, lam, delta, eps, **kw).density
 
 
