@@ -10,8 +10,10 @@
 #      Checked on the CPU first: benchmarks/results/device.json and quick/device.json.
 #   2. `lanczos` (~1 min): Lanczos vs eigsh at d=4000, m=8, n=16000 (issue #3); gpu/lanczos.json dates
 #      from before the Sturm-multisection Ritz values (dense eigh per check then: 2.1 s vs eigsh 0.23 s).
+#   3. `stieltjes_grid` (CPU: 995 s, results/stieltjes_grid.json; GPU not yet measured): the
+#      issue #3 Stieltjes size, 512 λ × m = 4 × 10^5 samples, one vmapped call, compile apart from run.
 #   Then, with the time left, one run of `dmft_cost` or `success` (d = 4000 success curves, issue #4).
-#   e.g. run(command="bash benchmarks/gpu_run.sh device lanczos", timeout_s=420)
+#   e.g. run(command="bash benchmarks/gpu_run.sh device lanczos stieltjes_grid", timeout_s=480)
 set -uo pipefail
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 python3 -c "import jax; print(jax.__version__, jax.devices())"

@@ -590,3 +590,62 @@ def test_tangent_growth_against_dense_propagation():
     assert len(rows) == steps and rows[0]["steps"] == 0.5
     np.testing.assert_allclose([r["kappa_tangent"] for r in rows], rates.mean(0), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose([r["kappa_tangent_se"] for r in rows], rates.std(0, ddof=1) / np.sqrt(seeds), rtol=1e-8, atol=1e-12)
+
+
+def test_committed_spectral_dmft_state_is_consistent():
+    """The bounded-D DMFT-state check (issue #3): every accuracy row is recomputed from the stored
+    per-key theory and per-seed finite-d values (means, s.e., tolerance, verdict), both bottom
+    outliers exist at every key and agree at every d ≥ 2000, the third finite-d eigenvalue is
+    bulk (at the constrained edge), and the first key's theory is reproduced now by the engine
+    (same key and size: DMFT solve + all_outliers + bulk_edge) to 1e-6 relative."""
+    from benchmarks import bench_spectral_dmft_state as b
+
+    res = _load("spectral_dmft_state")
+    S, th, per_d = res["setting"], res["data"]["theory"], res["data"]["per_d"]
+    assert np.all(np.asarray(th["exists"])) and np.asarray(th["eigenvalue"]).shape == (S["keys"], 2)
+    lam, c2 = np.asarray(th["eigenvalue"]), np.asarray(th["cosine2"])
+    se = lambda x: np.std(x, ddof=1) / np.sqrt(len(x))
+    rows = {(r["d"], r["quantity"]): r for r in res["accuracy"]}
+    for d in S["ds"]:
+        rec = per_d[str(d)]
+        ev, w, edge = (np.asarray(rec[k]) for k in ("eigenvalues", "hard_weight", "constrained"))
+        want = []
+        for j in range(2):
+            want.append((lam[:, j].mean(), ev[:, j].mean(), 0.03 * abs(lam[:, j].mean()) + 3 * np.hypot(se(lam[:, j]), se(ev[:, j]))))
+            want.append((c2[:, j].mean(), w[:, j].mean(), 0.03 + 3 * np.hypot(se(c2[:, j]), se(w[:, j]))))
+        want.append((np.mean(th["edge"]), edge[:, 0].mean(), 0.03 * abs(np.mean(th["edge"])) + 3 * np.hypot(se(th["edge"]), se(edge[:, 0]))))
+        got = [r for (dd, q), r in rows.items() if dd == d and "Kolmogorov" not in q]
+        assert len(got) == 5
+        for r, (t, s, tol) in zip(got, want):
+            assert r["theory"] == pytest.approx(t, rel=1e-12) and r["simulation"] == pytest.approx(s, rel=1e-12)
+            assert r["tolerance"] == pytest.approx(tol, rel=1e-9) and r["agree"] == bool(abs(s - t) <= tol)
+            if d >= 2000:
+                assert r["agree"], r["quantity"]
+        assert np.all(np.abs(np.asarray(rec["third_eigenvalue_minus_edge"])) < 0.02)   # only two outliers
+        if rec["ks"]:
+            ks = [r for (dd, q), r in rows.items() if dd == d and "Kolmogorov" in q]
+            assert ks[0]["simulation"] == pytest.approx(np.mean(rec["ks"]), rel=1e-12) and ks[0]["agree"]
+    prob = b.problem(tuple(S["a"]), S["huber_width"])
+    tr = dmft.solve(prob, S["delta"], S["lr"], S["steps"], S["paths"], jax.random.key(70), save_samples_at=(S["steps"],))
+    law = spectral.law_from_dmft(prob, tr, S["steps"])
+    o = spectral.all_outliers(law, S["delta"], "bottom")
+    np.testing.assert_allclose(np.asarray(o.eigenvalue), lam[0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(o.cosine2), c2[0], rtol=1e-6)
+    assert float(spectral.bulk_edge(law, S["delta"], "bottom").edge) == pytest.approx(th["edge"][0], rel=1e-6)
+
+
+def test_committed_stieltjes_grid_is_the_issue_size_and_consistent():
+    """The committed Stieltjes timing is at issue #3's size (512 λ, m = 4, 10^5 samples), every
+    point converged, compile + run add up to the wall time, the per-step rate is the stored
+    run time over the stored iterations, and the timed solution passed its dense-eigh check."""
+    res = _load("stieltjes_grid")
+    S = res["setting"]
+    assert (S["points"], S["m"], S["samples"]) == (512, 4, 100_000)
+    assert res["data"]["converged"] == 512 and set(res["data"]["status"]) == {0}
+    perf = {p["what"].split(": ")[1].split(",")[0].split(" (")[0]: p for p in res["performance"] if "stieltjes" in p["what"]}
+    wall, comp, run = (perf[k]["value"] for k in ("one vmapped call", "compilation", "run time after compilation"))
+    assert run == pytest.approx(wall - comp, rel=1e-12) and 0 < comp < wall
+    its = int(np.sum(res["data"]["iterations"]))
+    assert f"{1e6 * run / (its * S['samples']):.3g} µs" in perf["run time after compilation"]["note"]
+    (ks,) = res["accuracy"]
+    assert ks["simulation"] == pytest.approx(res["data"]["ks"]) and ks["agree"] and ks["simulation"] <= 0.03
