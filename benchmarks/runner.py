@@ -1,16 +1,21 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~12–13 min for the whole suite on a 2-core CPU with two workers: 735 s
-with 29 benchmarks on 2026-12-03 (778 s in the previous run: timing noise), 860 s before the outlier-solve
-speed-up of session 20; every JSON records its compilation time (``compile``; 756 s of XLA backend
+Three sizes (``MODES``): ``quick`` (~12–17 min for the whole suite on a 2-core CPU with two workers:
+1022 s with 31 benchmarks on 2026-12-04 on a 2-core AMD EPYC VM on which most benchmarks ran 10–60% slower
+than the day before, compilation included, and every result differs from the day before's at ~1e-7–1e-9
+relative, also in code untouched that day: another host CPU (the two new benchmarks add ~110 s of summed
+wall); 735 s with 29 on
+2026-12-03 (778 s in the previous run: timing noise), 860 s before the outlier-solve speed-up of session
+20; every JSON records its compilation time (``compile``; 756 s of XLA backend
 compilation in 1432 s of summed benchmark wall time in that run); one process,
 ``--jobs 1``, 1100 s with 25 benchmarks; compilation is most of what is left: e.g. 49 s of 98 s of
 ``design`` alone (183 programs), 55 of 100 s of ``dmft``, 391 programs in ``flows``); written to
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
 with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
 worker processes, see ``run_parallel``), ``standard``
-(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``,
-~35 min on 2 cores) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
+(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~8.6 h
+in one process, the sum of the committed runs' walls, 30 benchmarks from 27 s to 67 min: rerun them
+one at a time with ``--only``) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
 
 Each ``benchmarks/bench_<name>.py`` exposes ``NAME`` and ``run(mode, outdir) -> dict`` with
@@ -392,9 +397,9 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="reduced sizes, ~14 min on 2 cores (2 workers); writes results/quick/")
+    g.add_argument("--quick", action="store_true", help="reduced sizes, ~12-17 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
-    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~35 min on 2 cores)")
+    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~8.6 h in all on 2 cores; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
     r.add_argument("--outdir", type=pathlib.Path, default=None)
     r.add_argument("--jobs", type=int, default=None,
