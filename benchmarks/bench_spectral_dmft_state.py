@@ -1,26 +1,29 @@
-"""DMFT state with a bounded-below D: predicted bulk and hard-direction outliers against the
+"""DMFT states with a bounded-below D: predicted bulk and hard-direction outliers against the
 Hessian of the network GD trained to the same time, at d = 1000, 2000, 4000 (issue #3).
 
-Setting: phase retrieval ``y = z²`` (hard only), quadratic student m = 2 with frozen second
-layer ``a = (0.6, 0.4)`` (unequal, so no exact rotation symmetry of the hidden units), Huber
-loss of width 1, no ridge, ``Q_0 = I``, ``M^0 = 0``, δ = 8, η = 0.1, t = 20 steps (t·η = 2).
-The Huber loss bounds ``ℓ'`` to [−1, 1] and ``∇²F = 2 diag(a)``, so ``D = ℓ''·F'F'ᵀ + ℓ'·∇²F``
-is bounded below (≥ −2 max a): the left edge exists in the strict limit, no finite-n
-truncation is involved (unlike ``spectral_finite_size``'s square-loss check). The top side is
-unbounded through ``r²`` (recorded; it does not enter the bottom edge or outliers).
+Two settings, both phase retrieval ``y = z²`` (hard only), width m = 2, frozen second layer,
+Huber loss of width 1, no ridge, ``Q_0 = I``, ``M^0 = 0``, δ = 8, η = 0.1, t = 20 steps (t·η = 2):
+- ``quadratic``: ``σ(r) = r²``, ``a = (0.6, 0.4)`` (unequal, so no exact rotation symmetry of the
+  hidden units). ``ℓ' ∈ [−1, 1]`` and ``∇²F = 2 diag(a)``, so ``D = ℓ''·F'F'ᵀ + ℓ'·∇²F ≥ −1.2``:
+  bounded below (the top side is unbounded through ``r²`` and enters neither the left edge nor
+  the bottom outliers). Two bottom outliers (one per eigenvalue branch of the 2×2 matrix A).
+- ``gelu``: ``σ(r) = rΦ(r)``, ``a = (1, 1)``: ``F'`` and ``∇²F`` are bounded, so D is bounded on
+  both sides (≥ −2φ(0) = −0.798). One bottom outlier; the second branch stops just short of the
+  edge (margin ≈ +0.03), a near-threshold case.
+The strict convention applies (no finite-n truncation, unlike ``spectral_finite_size``'s
+square-loss check).
 
 Theory (``keys`` independent DMFT solves): the law of (ζ, D) at t, every bottom outlier
-(``spectral.all_outliers``: with m = 2 and one hard direction there are two, one per
-eigenvalue branch of the 2×2 matrix A), their squared cosines with the hard subspace, the bulk
-left edge (``spectral.bulk_edge``) and the bulk density (``spectral.stieltjes``).
-Simulation: ``dmft.simulate`` to the same t (hard overlap started at exactly 0, as in the
-DMFT), the W-Hessian at the final state: the 3 smallest eigenpairs by Lanczos (hard-row
-weight of each eigenvector), the smallest eigenvalue with the hard rows removed (the bulk
-edge seen by the rest, ``spectral.finite_state``'s constrained edge), and at d ≤ ``dense_max``
-all eigenvalues by dense eigh for the Kolmogorov distance to the theory CDF.
-Tolerances: 3% of the value plus 3 combined standard errors (seeds and keys) for locations
-and the edge, 0.03 plus 3 s.e. for cos², 0.03 for the Kolmogorov distance; the trend in d of
-each deviation is reported (a power law is fitted only where the deviation is resolved).
+(``spectral.all_outliers``), their squared cosines with the hard subspace, the bulk left edge
+(``spectral.bulk_edge``) and the bulk density (``spectral.stieltjes``). Simulation:
+``dmft.simulate`` to the same t (hard overlap started at exactly 0, as in the DMFT), the
+W-Hessian at the final state: the 3 smallest eigenpairs by Lanczos (hard-row weight of each
+eigenvector), the smallest eigenvalue with the hard rows removed (the bulk edge seen by the rest,
+``spectral.finite_state``'s constrained edge), and at d ≤ ``dense_max`` all eigenvalues by dense
+eigh for the Kolmogorov distance to the theory CDF. Tolerances: 3% of the value plus 3 combined
+standard errors (seeds and keys) for locations and the edge, 0.03 plus 3 s.e. for cos², 0.03 for
+the Kolmogorov distance; the trend in d of each deviation is reported (a power law is fitted only
+where the deviation is resolved).
 """
 
 from __future__ import annotations
@@ -42,23 +45,40 @@ from .bench_spectral_finite_size import _row, _se
 NAME = "spectral_dmft_state"
 
 
-def problem(a=(0.6, 0.4), huber_width=1.0):
+def _gelu(r):
+    return r * jax.scipy.stats.norm.cdf(r)
+
+
+ACTIVATIONS = {"quadratic": lambda r: r**2, "gelu": _gelu}
+
+
+def problem(a=(0.6, 0.4), huber_width=1.0, activation="quadratic"):
     pr = dmft.Teacher(link=lambda z, eps: z[0] ** 2, k=1, noise_dim=0)
     m = len(a)
-    return dmft.Problem(pr, dmft.TwoLayer(activation=lambda r: r**2, width=m, second_layer=jnp.asarray(a, float)),
+    return dmft.Problem(pr, dmft.TwoLayer(activation=ACTIVATIONS[activation], width=m, second_layer=jnp.asarray(a, float)),
                         loss=dmft.huber_loss(huber_width), init=dmft.Init(q0=jnp.eye(m), overlap=jnp.zeros((1, m))))
 
 
 def settings(mode: str) -> dict:
-    S = dict(problem="phase retrieval y=z^2, quadratic student m=2, a=(0.6, 0.4) frozen, Huber loss width 1, ridge 0, "
-                     "Q0=I, M0=0", a=[0.6, 0.4], huber_width=1.0, delta=8.0, lr=0.1, steps=20, paths=50_000, keys=4,
-             ds=[1000, 2000, 4000], seeds=4, dense_max=2000, lanczos=dict(k=3, tol=1e-8, max_iters=300),
-             density=dict(grid=[-1.0, 6.0, 281], eps=2e-3), hard_rows="the first teacher axis (simulate's Θ* = e_1)",
-             convention="strict (D bounded below; top side unbounded through r^2, not used)")
-    if mode == "quick":
-        S.update(paths=10_000, keys=2, ds=[500, 1000], seeds=2, dense_max=1000, density=dict(grid=[-1.0, 6.0, 141], eps=4e-3))
-    if mode == "full":
-        S.update(ds=[1000, 2000, 4000, 8000], seeds=8, dense_max=2000)
+    """Two settings: the quadratic student (two outliers; D bounded below only) and GeLU (one outlier,
+    a second branch just short of leaving the bulk; D bounded on both sides: ℓ'' ∈ {0, 1}, F' and
+    ∇²F bounded)."""
+    common = dict(huber_width=1.0, delta=8.0, lr=0.1, steps=20, paths=50_000, keys=4, ds=[1000, 2000, 4000], seeds=4,
+                  dense_max=2000, lanczos=dict(k=3, tol=1e-8, max_iters=300), density=dict(grid=[-1.0, 6.0, 281], eps=2e-3),
+                  hard_rows="the first teacher axis (simulate's Θ* = e_1)")
+    S = dict(settings=[
+        dict(common, name="quadratic", activation="quadratic", a=[0.6, 0.4],
+             problem="phase retrieval y=z^2, quadratic student m=2, a=(0.6, 0.4) frozen, Huber loss width 1, ridge 0, Q0=I, M0=0",
+             convention="strict (D >= -1.2: bounded below; top side unbounded through r^2, not used)"),
+        dict(common, name="gelu", activation="gelu", a=[1.0, 1.0], density=dict(grid=[-0.6, 3.4, 281], eps=2e-3),
+             problem="phase retrieval y=z^2, GeLU (x Phi(x)) student m=2, a=(1, 1) frozen, Huber loss width 1, ridge 0, Q0=I, M0=0",
+             convention="strict (D bounded on both sides, D >= -2 phi(0) = -0.798)")])
+    for st in S["settings"]:
+        if mode == "quick":
+            st.update(paths=10_000, keys=2, ds=[500, 1000], seeds=2, dense_max=1000,
+                      density=dict(st["density"], grid=st["density"]["grid"][:2] + [141], eps=4e-3))
+        if mode == "full":
+            st.update(ds=[1000, 2000, 4000, 8000], seeds=8, dense_max=2000)
     return S
 
 
@@ -88,20 +108,14 @@ def _power_fit(ds, dev, se):
     return "not resolved: deviation within 2 s.e. of zero at some d"
 
 
-def run(mode: str, outdir: pathlib.Path) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    jax.config.update("jax_enable_x64", True)
-    outdir = pathlib.Path(outdir)
-    S = settings(mode)
-    prob = problem(tuple(S["a"]), S["huber_width"])
+def run_setting(S: dict):
+    """Theory and finite-d spectra for one setting: (accuracy rows, performance rows, data)."""
+    prob = problem(tuple(S["a"]), S["huber_width"], S["activation"])
     dl, lr, steps = S["delta"], S["lr"], S["steps"]
+    tag = f"DMFT state PR {S['name']} m=2 Huber δ={dl:g} tη={lr * steps:g}"
     acc, perf, data = [], [], dict(theory={}, per_d={})
 
-    # ---- theory: DMFT law at t, all bottom outliers, edge, density ------------------------------
+    # ---- theory: DMFT law at t, every bottom outlier, edge, density ----------------------------
     th = dict(eigenvalue=[], cosine2=[], margin=[], edge=[], unbounded=[], exists=[], status=[])
     t0 = time.perf_counter()
     laws = []
@@ -109,25 +123,28 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         tr = dmft.solve(prob, dl, lr, steps, S["paths"], jax.random.key(70 + k), save_samples_at=(steps,))
         law = spectral.law_from_dmft(prob, tr, steps)
         if "bottom" in law.unbounded:
-            raise RuntimeError("the DMFT law came out unbounded below; this benchmark's setting must keep D bounded below")
+            raise RuntimeError("the DMFT law came out unbounded below; this benchmark's settings must keep D bounded below")
         o = spectral.all_outliers(law, dl, "bottom")
         e = spectral.bulk_edge(law, dl, "bottom")
-        th["eigenvalue"].append(np.asarray(o.eigenvalue).tolist())
-        th["cosine2"].append(np.asarray(o.cosine2).tolist())
-        th["margin"].append(np.asarray(o.margin).tolist())
-        th["exists"].append(np.asarray(o.exists).tolist())
-        th["status"].append(np.asarray(o.status).tolist())
+        for key_, v in (("eigenvalue", o.eigenvalue), ("cosine2", o.cosine2), ("margin", o.margin), ("exists", o.exists),
+                        ("status", o.status)):
+            th[key_].append(np.asarray(v).tolist())
         th["edge"].append(float(e.edge))
         th["unbounded"].append(list(law.unbounded))
         laws.append(law)
-    t_theory = time.perf_counter() - t0
-    perf.append(dict(what=f"theory: {S['keys']} DMFT solves (T={steps}, {S['paths']} paths) + all_outliers + bulk_edge",
-                     value=t_theory, unit="s", ratio=None, note="incl. compilation"))
-    if not np.all(np.array(th["exists"])):
-        raise RuntimeError(f"expected two bottom outliers at every key; got exists={th['exists']}")
-    lam_th, c2_th = np.mean(th["eigenvalue"], axis=0), np.mean(th["cosine2"], axis=0)
-    lam_se = np.std(th["eigenvalue"], axis=0, ddof=1) / np.sqrt(S["keys"])
-    c2_se = np.std(th["cosine2"], axis=0, ddof=1) / np.sqrt(S["keys"])
+    perf.append(dict(what=f"{S['name']}: theory, {S['keys']} DMFT solves (T={steps}, {S['paths']} paths) + all_outliers + bulk_edge",
+                     value=time.perf_counter() - t0, unit="s", ratio=None, note="incl. compilation"))
+    exists = np.array(th["exists"])
+    if not np.all(exists == exists[0]):
+        raise RuntimeError(f"{S['name']}: the number of outliers differs between keys ({th['exists']}): the setting is at a "
+                           "branch threshold; move it")
+    n_out = int(exists[0].sum())
+    th["outliers"] = n_out
+    lam = np.array(th["eigenvalue"])[:, :n_out]
+    c2 = np.array(th["cosine2"])[:, :n_out]
+    lam_th, c2_th = lam.mean(axis=0), c2.mean(axis=0)
+    lam_se = lam.std(axis=0, ddof=1) / np.sqrt(S["keys"])
+    c2_se = c2.std(axis=0, ddof=1) / np.sqrt(S["keys"])
     edge_th, edge_se = float(np.mean(th["edge"])), _se(th["edge"])
     lo, hi, num = S["density"]["grid"]
     grid = np.linspace(lo, hi, int(num))
@@ -135,8 +152,9 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     st = spectral.stieltjes(laws[0], jnp.asarray(grid), dl, eps=S["density"]["eps"], throw=False)
     rho = np.asarray(st.density)
     cdf = np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(grid))])
-    perf.append(dict(what=f"theory density: stieltjes on {grid.size} λ, m=2, {laws[0].size} samples", value=time.perf_counter() - t0,
-                     unit="s", ratio=None, note=f"converged {int(np.sum(np.asarray(st.converged)))}/{grid.size}"))
+    perf.append(dict(what=f"{S['name']}: theory density, stieltjes on {grid.size} λ, m=2, {laws[0].size} samples",
+                     value=time.perf_counter() - t0, unit="s", ratio=None,
+                     note=f"converged {int(np.sum(np.asarray(st.converged)))}/{grid.size}"))
     th.update(density=dict(grid=grid.tolist(), density=rho.tolist(), cdf_at_grid_end=float(cdf[-1]),
                            converged=int(np.sum(np.asarray(st.converged)))))
     data["theory"] = th
@@ -144,7 +162,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     # ---- finite d: GD to the same t, Lanczos and dense spectra ---------------------------------
     lz = S["lanczos"]
     fd = _finite_d(prob, lz["k"], lz["tol"], lz["max_iters"])
-    hist_d = None
+    hist = None
     for d in S["ds"]:
         n = int(round(dl * d))
         rec = dict(eigenvalues=[], hard_weight=[], constrained=[], iterations=[], ks=[], hard_overlap=[], train_error=[])
@@ -154,7 +172,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
             X, y = dmft.simulation_data(prob, sim, 0)
             ev, w, status, its, evc, stc, itc = fd(X, y, sim.W[0], sim.a[0], jax.random.key(s))
             if int(status) != 0 or int(stc) != 0:
-                raise RuntimeError(f"Lanczos did not converge (d={d}, seed {s}: status {int(status)}, constrained {int(stc)})")
+                raise RuntimeError(f"Lanczos did not converge ({S['name']}, d={d}, seed {s}: status {int(status)}, "
+                                   f"constrained {int(stc)})")
             rec["eigenvalues"].append(np.asarray(ev).tolist())
             rec["hard_weight"].append(np.asarray(w).tolist())
             rec["constrained"].append(np.asarray(evc).tolist())
@@ -166,75 +185,109 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                 evd = np.linalg.eigvalsh(np.asarray(spectral.dense_block_matrix(X, D)))
                 rec["ks"].append(float(np.max(np.abs(cdf - np.searchsorted(evd, grid, side="right") / evd.size))))
                 rec["dense_bottom"] = rec.get("dense_bottom", []) + [evd[:3].tolist()]
-                hist_d, hist_ev = d, evd
+                hist = (d, evd)
             del X, y, sim
-        perf.append(dict(what=f"GD to t + Lanczos (+ dense eigh where d ≤ {S['dense_max']}) at d={d}, n={n} ({S['seeds']} seeds)",
-                         value=time.perf_counter() - t0, unit="s", ratio=None,
+        perf.append(dict(what=f"{S['name']}: GD to t + Lanczos (+ dense eigh where d ≤ {S['dense_max']}) at d={d}, n={n} "
+                              f"({S['seeds']} seeds)", value=time.perf_counter() - t0, unit="s", ratio=None,
                          note=f"Lanczos matvecs per seed (full, constrained) {rec['iterations']}"))
         ev = np.array(rec["eigenvalues"])
         w = np.array(rec["hard_weight"])
         edge_d = np.array(rec["constrained"])[:, 0]
-        for j, label in enumerate(("first (smallest)", "second")):
-            acc.append(_row(f"DMFT state PR quadratic m=2 Huber δ=8 tη=2: {label} bottom outlier vs j-th eigenvalue (3% + 3 s.e.)",
+        for j in range(n_out):
+            label = ("first (smallest)", "second", "third")[j]
+            acc.append(_row(f"{tag}: {label} bottom outlier vs j-th eigenvalue (3% + 3 s.e.)",
                             lam_th[j], lam_se[j], ev[:, j].mean(), _se(ev[:, j]), d, S["seeds"],
                             0.03 * abs(lam_th[j]) + 3 * np.hypot(lam_se[j], _se(ev[:, j]))))
-            acc.append(_row(f"DMFT state PR quadratic m=2 Huber δ=8 tη=2: {label} outlier cos² vs hard-row weight (0.03 + 3 s.e.)",
+            acc.append(_row(f"{tag}: {label} outlier cos² vs hard-row weight (0.03 + 3 s.e.)",
                             c2_th[j], c2_se[j], w[:, j].mean(), _se(w[:, j]), d, S["seeds"],
                             0.03 + 3 * np.hypot(c2_se[j], _se(w[:, j]))))
-        acc.append(_row("DMFT state PR quadratic m=2 Huber δ=8 tη=2: bulk left edge vs smallest eigenvalue off the hard rows "
-                        "(3% + 3 s.e.)", edge_th, edge_se, edge_d.mean(), _se(edge_d), d, S["seeds"],
-                        0.03 * abs(edge_th) + 3 * np.hypot(edge_se, _se(edge_d))))
+        acc.append(_row(f"{tag}: bulk left edge vs smallest eigenvalue off the hard rows (3% + 3 s.e.)", edge_th, edge_se,
+                        edge_d.mean(), _se(edge_d), d, S["seeds"], 0.03 * abs(edge_th) + 3 * np.hypot(edge_se, _se(edge_d))))
         if rec["ks"]:
-            acc.append(_row("DMFT state PR quadratic m=2 Huber δ=8 tη=2: Kolmogorov distance, theory CDF vs dense eigenvalues",
-                            0.0, 0.0, np.mean(rec["ks"]), _se(rec["ks"]), d, S["seeds"], 0.03))
-        rec.update(n=n, third_eigenvalue_minus_edge=(ev[:, 2] - edge_d).tolist())
+            acc.append(_row(f"{tag}: Kolmogorov distance, theory CDF vs dense eigenvalues", 0.0, 0.0, np.mean(rec["ks"]),
+                            _se(rec["ks"]), d, S["seeds"], 0.03))
+        # the first eigenvalue past the predicted outliers should be bulk: at the constrained edge
+        rec.update(n=n, next_eigenvalue_minus_edge=(ev[:, n_out] - edge_d).tolist(),
+                   next_hard_weight=w[:, n_out].tolist())
         data["per_d"][str(d)] = rec
 
-    # ---- finite-size trend ------------------------------------------------------------------------
+    # ---- finite-size trend ----------------------------------------------------------------------
     ds = np.array(S["ds"], float)
+    quantities = [(f"outlier_{j + 1}", lam_th[j], lam_se[j], lambda r, j=j: np.array(r["eigenvalues"])[:, j]) for j in range(n_out)]
+    quantities += [(f"cosine2_{j + 1}", c2_th[j], c2_se[j], lambda r, j=j: np.array(r["hard_weight"])[:, j]) for j in range(n_out)]
+    quantities += [("edge", edge_th, edge_se, lambda r: np.array(r["constrained"])[:, 0])]
     trend = {}
-    for q, thv, thse, get in (
-            ("outlier_1", lam_th[0], lam_se[0], lambda r: np.array(r["eigenvalues"])[:, 0]),
-            ("outlier_2", lam_th[1], lam_se[1], lambda r: np.array(r["eigenvalues"])[:, 1]),
-            ("cosine2_1", c2_th[0], c2_se[0], lambda r: np.array(r["hard_weight"])[:, 0]),
-            ("cosine2_2", c2_th[1], c2_se[1], lambda r: np.array(r["hard_weight"])[:, 1]),
-            ("edge", edge_th, edge_se, lambda r: np.array(r["constrained"])[:, 0])):
+    for q, thv, thse, get in quantities:
         vals = [get(data["per_d"][str(int(d))]) for d in ds]
         dev = np.array([v.mean() - thv for v in vals])
         se = np.array([np.hypot(_se(v), thse) for v in vals])
         trend[q] = dict(deviation=dev.tolist(), stderr=se.tolist(), deviation_in_se=(dev / se).tolist(),
                         fitted_exponent=_power_fit(ds, dev, se))
     data["finite_size_trend"] = trend
+    data["_plot"] = dict(lam=lam_th.tolist(), c2=c2_th.tolist(), edge=edge_th, grid=grid.tolist(), rho=rho.tolist(),
+                         hist_d=None if hist is None else hist[0],
+                         hist=None if hist is None else np.histogram(hist[1], bins=120, range=(lo, hi), density=True)[0].tolist())
+    return acc, perf, data
 
-    # ---- figure -------------------------------------------------------------------------------------
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    for j, c in ((0, "C0"), (1, "C1")):
+
+def _plot(res: dict, outdir: pathlib.Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = res["setting"]["settings"]
+    fig, axes = plt.subplots(len(sets), 4, figsize=(16, 3.6 * len(sets)), squeeze=False)
+    for row, S in zip(axes, sets):
+        dat = res["data"][S["name"]]
+        P, per_d = dat["_plot"], dat["per_d"]
+        for j, lam in enumerate(P["lam"]):
+            c = f"C{j}"
+            for d in S["ds"]:
+                v = np.array(per_d[str(d)]["eigenvalues"])[:, j]
+                wv = np.array(per_d[str(d)]["hard_weight"])[:, j]
+                row[0].errorbar([d], [v.mean()], [_se(v)], fmt="o", color=c)
+                row[1].errorbar([d], [wv.mean()], [_se(wv)], fmt="o", color=c)
+            row[0].axhline(lam, color=c, lw=0.8, label=f"theory outlier {j + 1}")
+            row[1].axhline(P["c2"][j], color=c, lw=0.8, label=f"theory cos² {j + 1}")
         for d in S["ds"]:
-            v = np.array(data["per_d"][str(d)]["eigenvalues"])[:, j]
-            wv = np.array(data["per_d"][str(d)]["hard_weight"])[:, j]
-            axes[0].errorbar([d], [v.mean()], [_se(v)], fmt="o", color=c)
-            axes[1].errorbar([d], [wv.mean()], [_se(wv)], fmt="o", color=c)
-        axes[0].axhline(lam_th[j], color=c, lw=0.8, label=f"theory outlier {j + 1}")
-        axes[1].axhline(c2_th[j], color=c, lw=0.8, label=f"theory cos² {j + 1}")
-    for d in S["ds"]:
-        v = np.array(data["per_d"][str(d)]["constrained"])[:, 0]
-        axes[2].errorbar([d], [v.mean()], [_se(v)], fmt="o", color="C2")
-    axes[2].axhline(edge_th, color="C2", lw=0.8, label="theory edge")
-    axes[0].set_title("bottom outliers vs d (GD ± s.e.)")
-    axes[1].set_title("cos² / hard-row weight vs d")
-    axes[2].set_title("bulk left edge vs d")
-    for ax in axes[:3]:
-        ax.set_xscale("log")
-        ax.set_xlabel("d")
-        ax.legend(fontsize=7)
-    if hist_d is not None:
-        axes[3].hist(hist_ev, bins=120, range=(lo, hi), density=True, alpha=0.5, label=f"dense eigh, d={hist_d}")
-        axes[3].plot(grid, rho, "k", lw=0.9, label="theory density")
-        axes[3].set_yscale("log")
-        axes[3].set_ylim(1e-3, None)
-        axes[3].legend(fontsize=7)
-        axes[3].set_title("bulk density at the DMFT state")
+            v = np.array(per_d[str(d)]["constrained"])[:, 0]
+            row[2].errorbar([d], [v.mean()], [_se(v)], fmt="o", color="C2")
+        row[2].axhline(P["edge"], color="C2", lw=0.8, label="theory edge")
+        row[0].set_title(f"{S['name']}: bottom outliers vs d (GD ± s.e.)")
+        row[1].set_title(f"{S['name']}: cos² / hard-row weight vs d")
+        row[2].set_title(f"{S['name']}: bulk left edge vs d")
+        for ax in row[:3]:
+            ax.set_xscale("log")
+            ax.set_xlabel("d")
+            ax.legend(fontsize=7)
+        g = np.array(P["grid"])
+        if P["hist"] is not None:
+            edges = np.linspace(g[0], g[-1], len(P["hist"]) + 1)
+            row[3].stairs(P["hist"], edges, fill=True, alpha=0.5, label=f"dense eigh, d={P['hist_d']}")
+        row[3].plot(g, P["rho"], "k", lw=0.9, label="theory density")
+        row[3].set_yscale("log")
+        row[3].set_ylim(1e-3, None)
+        row[3].legend(fontsize=7)
+        row[3].set_title(f"{S['name']}: bulk density at the DMFT state")
     fig.tight_layout()
-    fig.savefig(outdir / "spectral_dmft_state.png", dpi=110)
+    fig.savefig(pathlib.Path(outdir) / "spectral_dmft_state.png", dpi=110)
     plt.close(fig)
-    return dict(setting=S, accuracy=acc, performance=perf, data=data, figure="spectral_dmft_state.png")
+
+
+def replot(res: dict, outdir: pathlib.Path):
+    _plot(res, outdir)
+
+
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    jax.config.update("jax_enable_x64", True)
+    S = settings(mode)
+    acc, perf, data = [], [], {}
+    for st in S["settings"]:
+        a, p, dat = run_setting(st)
+        acc += a
+        perf += p
+        data[st["name"]] = dat
+    res = dict(setting=S, accuracy=acc, performance=perf, data=data, figure="spectral_dmft_state.png")
+    _plot(res, outdir)
+    return res

@@ -593,44 +593,53 @@ def test_tangent_growth_against_dense_propagation():
 
 
 def test_committed_spectral_dmft_state_is_consistent():
-    """The bounded-D DMFT-state check (issue #3): every accuracy row is recomputed from the stored
-    per-key theory and per-seed finite-d values (means, s.e., tolerance, verdict), both bottom
-    outliers exist at every key and agree at every d ≥ 2000, the third finite-d eigenvalue is
-    bulk (at the constrained edge), and the first key's theory is reproduced now by the engine
+    """The bounded-D DMFT-state checks (issue #3): every accuracy row is recomputed from the stored
+    per-key theory and per-seed finite-d values (means, s.e., tolerance, verdict) for each setting;
+    every key finds the same number of bottom outliers (two for the quadratic student, one for
+    GeLU), every row at d ≥ 2000 agrees, the first finite-d eigenvalue past the predicted outliers
+    is bulk (at the constrained edge), and key 0's quadratic theory is reproduced now by the engine
     (same key and size: DMFT solve + all_outliers + bulk_edge) to 1e-6 relative."""
     from benchmarks import bench_spectral_dmft_state as b
 
     res = _load("spectral_dmft_state")
-    S, th, per_d = res["setting"], res["data"]["theory"], res["data"]["per_d"]
-    assert np.all(np.asarray(th["exists"])) and np.asarray(th["eigenvalue"]).shape == (S["keys"], 2)
-    lam, c2 = np.asarray(th["eigenvalue"]), np.asarray(th["cosine2"])
     se = lambda x: np.std(x, ddof=1) / np.sqrt(len(x))
-    rows = {(r["d"], r["quantity"]): r for r in res["accuracy"]}
-    for d in S["ds"]:
-        rec = per_d[str(d)]
-        ev, w, edge = (np.asarray(rec[k]) for k in ("eigenvalues", "hard_weight", "constrained"))
-        want = []
-        for j in range(2):
-            want.append((lam[:, j].mean(), ev[:, j].mean(), 0.03 * abs(lam[:, j].mean()) + 3 * np.hypot(se(lam[:, j]), se(ev[:, j]))))
-            want.append((c2[:, j].mean(), w[:, j].mean(), 0.03 + 3 * np.hypot(se(c2[:, j]), se(w[:, j]))))
-        want.append((np.mean(th["edge"]), edge[:, 0].mean(), 0.03 * abs(np.mean(th["edge"])) + 3 * np.hypot(se(th["edge"]), se(edge[:, 0]))))
-        got = [r for (dd, q), r in rows.items() if dd == d and "Kolmogorov" not in q]
-        assert len(got) == 5
-        for r, (t, s, tol) in zip(got, want):
-            assert r["theory"] == pytest.approx(t, rel=1e-12) and r["simulation"] == pytest.approx(s, rel=1e-12)
-            assert r["tolerance"] == pytest.approx(tol, rel=1e-9) and r["agree"] == bool(abs(s - t) <= tol)
-            if d >= 2000:
-                assert r["agree"], r["quantity"]
-        assert np.all(np.abs(np.asarray(rec["third_eigenvalue_minus_edge"])) < 0.02)   # only two outliers
-        if rec["ks"]:
-            ks = [r for (dd, q), r in rows.items() if dd == d and "Kolmogorov" in q]
-            assert ks[0]["simulation"] == pytest.approx(np.mean(rec["ks"]), rel=1e-12) and ks[0]["agree"]
-    prob = b.problem(tuple(S["a"]), S["huber_width"])
+    assert [S["name"] for S in res["setting"]["settings"]] == ["quadratic", "gelu"]
+    for S in res["setting"]["settings"]:
+        dat = res["data"][S["name"]]
+        th, per_d = dat["theory"], dat["per_d"]
+        exists = np.asarray(th["exists"])
+        n_out = th["outliers"]
+        assert n_out == {"quadratic": 2, "gelu": 1}[S["name"]] and np.all(exists.sum(axis=1) == n_out)
+        lam, c2 = np.asarray(th["eigenvalue"])[:, :n_out], np.asarray(th["cosine2"])[:, :n_out]
+        rows = [r for r in res["accuracy"] if f"PR {S['name']} " in r["quantity"]]
+        for d in S["ds"]:
+            rec = per_d[str(d)]
+            ev, w, edge = (np.asarray(rec[k]) for k in ("eigenvalues", "hard_weight", "constrained"))
+            want = []
+            for j in range(n_out):
+                want.append((lam[:, j].mean(), ev[:, j].mean(), 0.03 * abs(lam[:, j].mean()) + 3 * np.hypot(se(lam[:, j]), se(ev[:, j]))))
+                want.append((c2[:, j].mean(), w[:, j].mean(), 0.03 + 3 * np.hypot(se(c2[:, j]), se(w[:, j]))))
+            want.append((np.mean(th["edge"]), edge[:, 0].mean(),
+                         0.03 * abs(np.mean(th["edge"])) + 3 * np.hypot(se(th["edge"]), se(edge[:, 0]))))
+            got = [r for r in rows if r["d"] == d and "Kolmogorov" not in r["quantity"]]
+            assert len(got) == 2 * n_out + 1
+            for r, (t, sim, tol) in zip(got, want):
+                assert r["theory"] == pytest.approx(t, rel=1e-12) and r["simulation"] == pytest.approx(sim, rel=1e-12)
+                assert r["tolerance"] == pytest.approx(tol, rel=1e-9) and r["agree"] == bool(abs(sim - t) <= tol)
+                if d >= 2000:
+                    assert r["agree"], r["quantity"]
+            assert np.all(np.abs(np.asarray(rec["next_eigenvalue_minus_edge"])) < 0.02)
+            if rec["ks"]:
+                (ks,) = [r for r in rows if r["d"] == d and "Kolmogorov" in r["quantity"]]
+                assert ks["simulation"] == pytest.approx(np.mean(rec["ks"]), rel=1e-12) and ks["agree"]
+    S = res["setting"]["settings"][0]
+    prob = b.problem(tuple(S["a"]), S["huber_width"], S["activation"])
     tr = dmft.solve(prob, S["delta"], S["lr"], S["steps"], S["paths"], jax.random.key(70), save_samples_at=(S["steps"],))
     law = spectral.law_from_dmft(prob, tr, S["steps"])
     o = spectral.all_outliers(law, S["delta"], "bottom")
-    np.testing.assert_allclose(np.asarray(o.eigenvalue), lam[0], rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(o.cosine2), c2[0], rtol=1e-6)
+    th = res["data"]["quadratic"]["theory"]
+    np.testing.assert_allclose(np.asarray(o.eigenvalue), th["eigenvalue"][0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(o.cosine2), th["cosine2"][0], rtol=1e-6)
     assert float(spectral.bulk_edge(law, S["delta"], "bottom").edge) == pytest.approx(th["edge"][0], rel=1e-6)
 
 
