@@ -40,7 +40,7 @@ import spectral
 
 from spectral.finite_state import hard_rows_shifted, shift_above
 
-from .bench_spectral_finite_size import _row, _se
+from .bench_spectral_finite_size import _power_fit, _row, _se
 
 NAME = "spectral_dmft_state"
 
@@ -98,14 +98,6 @@ def _finite_d(prob, k, tol, max_iters):
         return r.eigenvalues, weight, r.status, r.iterations, rc.eigenvalues, rc.status, rc.iterations
 
     return jax.jit(f)
-
-
-def _power_fit(ds, dev, se):
-    """Exponent of |deviation| ∝ d^p where it is resolved (> 2 s.e. at every d), else a note."""
-    ds, dev, se = (np.asarray(v, float) for v in (ds, dev, se))
-    if np.all(np.abs(dev) > 2 * se) and ds.size >= 2:
-        return float(np.polyfit(np.log(ds), np.log(np.abs(dev)), 1)[0])
-    return "not resolved: deviation within 2 s.e. of zero at some d"
 
 
 def run_setting(S: dict):

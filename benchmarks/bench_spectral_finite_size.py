@@ -33,6 +33,15 @@ def _se(x):
     return float(np.std(x, ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
 
 
+def _power_fit(ds, dev, se, note="not resolved: deviation within 2 s.e. of zero at some d"):
+    """Exponent p of |deviation| ∝ d^p, fitted only where the deviation is resolved (> 2 s.e. at
+    every d); else ``note``."""
+    ds, dev, se = (np.asarray(v, float) for v in (ds, dev, se))
+    if np.all(np.abs(dev) > 2 * se) and ds.size >= 2:
+        return float(np.polyfit(np.log(ds), np.log(np.abs(dev)), 1)[0])
+    return note
+
+
 def _row(q, th, th_se, sim, sim_se, d, seeds, tol):
     dev = abs(sim - th)
     return dict(quantity=q, theory=float(th), theory_stderr=float(th_se), simulation=float(sim), sim_stderr=float(sim_se),
@@ -111,8 +120,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                             eigenvalue_in_se=(dev_l / se_l).tolist(), cosine2_in_se=(dev_c / se_c).tolist())
     # a power law in d is only fitted where the deviations are resolved (> 2 s.e. at every d)
     toy["fitted_exponent"] = {
-        q: (float(np.polyfit(np.log(ds), np.log(dv), 1)[0]) if np.all(dv > 2 * se) else
-            "not resolved: deviations within 2 s.e. of zero at some d (finite-size bias below the seed noise)")
+        q: _power_fit(ds, dv, se, "not resolved: deviations within 2 s.e. of zero at some d (finite-size bias below the "
+                                  "seed noise)")
         for q, dv, se in (("eigenvalue", dev_l, se_l), ("cosine2", dev_c, se_c))}
     data["toy"] = toy
 

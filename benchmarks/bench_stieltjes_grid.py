@@ -21,23 +21,9 @@ import numpy as np
 
 import spectral
 
+from .runner import _COMPILE
+
 NAME = "stieltjes_grid"
-
-EVENTS = ("/jax/core/compile/backend_compile_duration", "/jax/core/compile/jaxpr_trace_duration",
-          "/jax/core/compile/jaxpr_to_mlir_module_duration")
-
-
-class _Compile:
-    """Summed compile-type durations while ``active`` (a jax.monitoring listener)."""
-
-    def __init__(self):
-        self.active, self.seconds = False, 0.0
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event, duration, **kw):
-        if self.active and event in EVENTS:
-            self.seconds += duration
-
 
 def law4(samples: int, key: int = 11):
     A = jax.random.normal(jax.random.key(key), (samples, 4, 4)) / 2.0
@@ -63,20 +49,20 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     S = settings(mode)
     law = law4(S["samples"])
     lam = jnp.linspace(S["lam"][0], S["lam"][1], S["points"])
-    comp = _Compile()
-    comp.active = True
+    _COMPILE.register()
+    c0 = _COMPILE.seconds()
     t0 = time.perf_counter()
     r = spectral.stieltjes(law, lam, S["delta"], eps=S["eps"], throw=False)
     r.density.block_until_ready()
     wall = time.perf_counter() - t0
-    comp.active = False
-    run_s = wall - comp.seconds
+    compile_s = _COMPILE.seconds() - c0
+    run_s = wall - compile_s
     its = int(np.sum(np.asarray(r.iterations)))
     conv = int(np.sum(np.asarray(r.converged)))
     size = f"{S['points']} λ, m=4, {S['samples']} samples" + ("" if mode != "quick" else " (quick: not the issue's 512 × 10^5)")
     perf = [dict(what=f"stieltjes on {size}: one vmapped call, wall incl. compile", value=wall, unit="s", ratio=None,
                  note=f"device {jax.devices()[0].platform}; converged {conv}/{S['points']}; {its} Newton iterations in all"),
-            dict(what=f"stieltjes on {size}: compilation (XLA backend + tracing + lowering)", value=comp.seconds, unit="s",
+            dict(what=f"stieltjes on {size}: compilation (XLA backend + tracing + lowering)", value=compile_s, unit="s",
                  ratio=None, note="jax.monitoring duration events during the call"),
             dict(what=f"stieltjes on {size}: run time after compilation", value=run_s, unit="s", ratio=None,
                  note=f"{1e6 * run_s / (its * S['samples']):.3g} µs per sample·λ·iteration (complex128)")]
@@ -99,7 +85,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     ax.plot(g, rho, "k", lw=0.9, label=f"theory ({S['points']} λ, {S['samples']} samples)")
     ax.set_xlabel("λ")
     ax.legend(fontsize=7)
-    ax.set_title(f"m=4 bulk density; solve {wall:.0f} s (compile {comp.seconds:.0f} s)")
+    ax.set_title(f"m=4 bulk density; solve {wall:.0f} s (compile {compile_s:.0f} s)")
     fig.tight_layout()
     fig.savefig(outdir / "stieltjes_grid.png", dpi=110)
     plt.close(fig)

@@ -152,11 +152,20 @@ class _CompileLog:
     def reset(self):
         self.total = dict.fromkeys(self.EVENTS.values(), 0.0)
         self.programs = {}
+        self.register()
+
+    def register(self):
+        """Start listening (once per process; also outside the runner, e.g. a benchmark run directly)."""
         if not self.registered:
             import jax
 
             jax.monitoring.register_event_duration_secs_listener(self._listen)
             self.registered = True
+
+    def seconds(self) -> float:
+        """Compilation seconds so far (backend + tracing + lowering): a benchmark takes the difference
+        around one call to separate that call's compile time from its run time."""
+        return sum(self.total.values())
 
     def _listen(self, event, duration, **kw):
         kind = self.EVENTS.get(event)
