@@ -22,7 +22,8 @@ from .hessian import (block_matvec, dense_block_matrix, dense_hessian, finite_bl
 from .lanczos import (LanczosResult, SLQResult, lanczos_extreme, stochastic_lanczos_quadrature,  # noqa: E402
                       subspace_overlap)
 from .law import (BlockLaw, detect_unbounded, law_from_dmft, law_from_problem, law_from_samples,  # noqa: E402
-                  sample_blocks, truncate, unbounded_through_labels)
+                  sample_blocks, truncate, unbounded_through_labels,
+                  unbounded_through_preactivations)
 from .outliers import A_derivative, A_matrix, OutlierResult, all_outliers, outlier  # noqa: E402
 from .quadrature import normal_nodes, teacher_nodes  # noqa: E402
 from .spectral_methods import (SpectralMethodResult, spectral_method, spectral_method_law,  # noqa: E402
@@ -37,7 +38,7 @@ __all__ = [
     "SpectralError", "message", "SUCCESS", "MAX_ITERS", "WRONG_BRANCH", "NO_EDGE", "NO_OUTLIER",
     "UNBOUNDED_SUPPORT", "NONFINITE",
     "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "truncate",
-    "detect_unbounded", "unbounded_through_labels",
+    "detect_unbounded", "unbounded_through_labels", "unbounded_through_preactivations",
     "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "fixed_point_map", "linearization",
     "OutlierResult", "outlier", "all_outliers", "A_matrix", "A_derivative",
     "StationaryThreshold", "delta_nn_stationary", "margins_at_stationary",

@@ -166,7 +166,8 @@ def law_from_problem(problem, y, r, a, zeta=None, unbounded="auto", source="prob
     if isinstance(unbounded, str) and unbounded == "auto" and is_concrete(D) and is_concrete(r):
         tails = detect_unbounded(D)
         labels = unbounded_through_labels(problem, r, a)
-        unbounded = tuple(s for s in SIDES if s in tails or s in labels)
+        preacts = unbounded_through_preactivations(problem, y, r, a)
+        unbounded = tuple(s for s in SIDES if s in tails or s in labels or s in preacts)
     return law_from_samples(D, zeta=zeta, unbounded=unbounded, source=source)
 
 
@@ -198,6 +199,71 @@ def unbounded_through_labels(problem, r, a, samples: int = 1024) -> tuple:
             if np.isfinite(v).all() and d1 > 0 and d2 >= 0.5 * d1:
                 out.add(side)
     return tuple(s for s in SIDES if s in out)
+
+
+def _keeps_growing(v):
+    """``v[..., 0:4]`` at ``s``, ``4s``, ``16s``, ``64s`` along a ray: decreasing, each increment
+    at least 1.5 times the one before (``|r|^p`` growth gives ``4^p``: linear 4, square root 2). A
+    saturating or decaying ``v`` fails: softplus'' → 0 gives e.g. ``0.048, 0.047, 5e-8, 0`` (a
+    late collapse passes one ratio, not both)."""
+    d = v[..., :-1] - v[..., 1:]
+    return (np.all(np.isfinite(v), axis=-1) & (d[..., 0] > 1e-9 * (1 + np.abs(v[..., 0])))
+            & np.all(d[..., 1:] >= 1.5 * d[..., :-1], axis=-1))
+
+
+def unbounded_through_preactivations(problem, y, r, a, labels: int = 8, directions: int = 8) -> tuple:
+    """Sides on which ``D(r, y; a)`` is unbounded because the pre-activations are (concrete only).
+
+    The companion of :func:`unbounded_through_labels` for tails driven by ``r``. Examples: a
+    quadratic or relu-power readout has ``∇F∇Fᵀ ∝ r rᵀ``, so ``D`` grows without bound with
+    ``|r|`` — with a loss whose curvature vanishes at large residual (Huber) only where the label
+    follows the output, ``y ≈ F(r)``; under square loss with ``m ≥ 2`` a GeLU student has
+    ``D_jj ∋ (F − y) a_j σ''(r_j)``, unbounded on both sides when one unit's ``r_i`` grows while
+    ``r_j`` stays where ``σ''`` has either sign. A tail test on a finite sample sees such growth in
+    some draws and not in others (measured: one quadratic-Huber DMFT law, flagged on the top side
+    by :func:`detect_unbounded` in 3 of 4 keys). Here the question is put to the problem: from each
+    of the first ``labels`` sample points ``(r_i, y_i)``, and from ``c·(1, …, 1)`` (``c`` = ±2, ±4
+    times ``sd(r)``, median label), along the rays ``r_i + s·u`` (``u`` = each
+    coordinate axis and ``directions`` fixed random unit vectors, both signs; ``s`` = 8, 32, 128,
+    512 times ``max(1, sd(r))``), with the label held at ``y_i`` (growing residual) or set to the
+    student's own output ``F`` clipped to the label range (zero residual; the range is the
+    sample's ``[min y, max y]``, open on a side where :meth:`dmft.Teacher.unbounded_label_levels`
+    finds the label unbounded), "bottom" is flagged when the smallest eigenvalue of ``D`` keeps
+    decreasing on some ray (:func:`_keeps_growing`: growth like ``|r|^p``, ``p ≥ ½``, passes;
+    saturation does not), "top" likewise for the largest. Since ``r`` given the labels is
+    Gaussian (finite d: ``r = Wᵀx``) or built from Gaussian fields (the DMFT effective process),
+    every ``r`` occurs with every label of the range: this is the support of the law, not of the
+    sample. Its tail may be thin (``D`` linear in a Gaussian ``r``): the strict convention then
+    has no edge on that side although a finite sample shows one; the finite-n convention
+    (:func:`truncate`) is the one to compare with finite-d spectra."""
+    m = problem.m
+    rng = np.random.default_rng(20261204)
+    extra = rng.standard_normal((directions, m))
+    U = np.concatenate([np.eye(m), extra / np.linalg.norm(extra, axis=1, keepdims=True)])
+    U = np.concatenate([U, -U])
+    yn, sd = np.asarray(y, dtype=np.float64), max(1.0, float(np.std(np.asarray(r))))
+    # ray origins: the first `labels` sample points, and c·(1, …, 1) for c = ±2, ±4 sd(r) with the
+    # median label (so that one unit can sit where σ'' < 0 — silu: r < −2.4 — while another grows)
+    rn = np.concatenate([np.asarray(r, dtype=np.float64)[:labels], np.outer(sd * np.array([-4.0, -2.0, 2.0, 4.0]), np.ones(m))])
+    y0 = np.concatenate([yn[:labels], np.full(4, float(np.median(yn)))])
+    s = np.array([8.0, 32.0, 128.0, 512.0]) * sd
+    R = rn[:, None, None, :] + U[None, :, None, :] * s[None, None, :, None]  # (origins, rays, 4, m)
+    levels = problem.teacher.unbounded_label_levels()
+    y_lo = -np.inf if "below" in levels else float(yn.min())
+    y_hi = np.inf if "above" in levels else float(yn.max())
+    a = jnp.asarray(a, dtype=jnp.float64)
+    flat = jnp.asarray(R.reshape(-1, m))
+    F = np.asarray(jax.vmap(lambda rr: problem.student.F(rr, a))(flat), dtype=np.float64)
+    held = np.broadcast_to(y0[:, None, None], R.shape[:3]).reshape(-1)
+    Y = np.concatenate([held, np.clip(F, y_lo, y_hi)])
+    D = sample_blocks(problem, jnp.asarray(Y), jnp.concatenate([flat, flat]), a)
+    ev = np.linalg.eigvalsh(np.asarray(D)).reshape((2,) + R.shape)  # (label choice, origins, rays, 4, m)
+    out = []
+    if np.any(_keeps_growing(ev[..., 0])):
+        out.append("bottom")
+    if np.any(_keeps_growing(-ev[..., -1])):
+        out.append("top")
+    return tuple(out)
 
 
 def law_from_dmft(problem, traj, t, hard=None, unbounded="auto") -> BlockLaw:

@@ -218,3 +218,47 @@ def test_unbounded_support_from_the_problem_not_the_sample_tail():
     assert spectral.unbounded_through_labels(prob(sat, dmft.square_loss), r, a) == ()
     noisy = lambda z, e: jnp.tanh(2 * z[0]) + 0.3 * e[0]  # noqa: E731
     assert spectral.unbounded_through_labels(prob(noisy, dmft.square_loss, jnp.tanh, 1), r, a) == ("bottom", "top")
+
+
+def test_unbounded_through_preactivations_from_the_problem():
+    """Tails driven by r (not by the labels), decided from the problem, the same for every sample.
+
+    Closed forms: D = ℓ''·∇F∇Fᵀ + ℓ'·∇²F with ∇²F = diag(a_j σ''(r_j)). Quadratic readout + Huber:
+    ∇F∇Fᵀ = 4 (a∘r)(a∘r)ᵀ grows like |r|² where y ≈ F(r) (y = z² reaches any F ≥ 0): top only.
+    GeLU, square loss, bounded link, m = 2: at r = (s, 2), D_22 = (F − y)·a_2·σ''(2) with
+    σ''(2) = φ(2)(2 − 4) < 0 falls like −s (and like +s at r = (s, 0)): both sides. One GeLU unit
+    (m = 1): σ'' decays faster than the residual grows: bounded. Softplus (σ'' > 0, F ≥ 0, |y| ≤ 1):
+    top only. Huber + GeLU (the two_route setting): bounded."""
+    from dmft import activations
+
+    def prob(link, loss, act, m):
+        return dmft.Problem(dmft.Teacher(link=link, k=1, noise_dim=0),
+                            dmft.TwoLayer(activation=act, width=m, second_layer=jnp.full(m, 1.0 / m), train_second_layer=False),
+                            loss=loss)
+
+    pr = lambda z, e: z[0] ** 2  # noqa: E731
+    sat = lambda z, e: jnp.tanh(2 * z[0])  # noqa: E731
+    quad_huber = prob(pr, dmft.huber_loss(1.0), activations.quadratic, 2)
+    a2 = jnp.full(2, 0.5)
+    sides = []
+    for k in range(4):  # four independent samples of the same law: one answer
+        r = jax.random.normal(jax.random.key(10 + k), (2000, 2))
+        y = jax.random.normal(jax.random.key(20 + k), (2000,)) ** 2
+        assert spectral.unbounded_through_preactivations(quad_huber, y, r, a2) == ("top",)
+        sides.append(spectral.law_from_problem(quad_huber, y, r, a2).unbounded)
+    assert sides == [("top",)] * 4
+    r = jax.random.normal(jax.random.key(3), (2000, 2))
+    yb = jnp.tanh(2 * jax.random.normal(jax.random.key(4), (2000,)))
+    gelu_sq = prob(sat, dmft.square_loss, activations.gelu, 2)
+    assert spectral.unbounded_through_preactivations(gelu_sq, yb, r, a2) == ("bottom", "top")
+    assert spectral.law_from_problem(gelu_sq, yb, r, a2).unbounded == ("bottom", "top")
+    # the closed form behind the flag: at r = (s, 2), y = 0, λ_min(D) → D_22 with slope
+    # dF/ds · a_2 σ''(2) = ½ · ½ · φ(2)(2 − 4) per unit s
+    lo = [float(np.linalg.eigvalsh(np.asarray(dmft.sample_hessian(gelu_sq, 0.0, jnp.array([s, 2.0]), a2)))[0]) for s in (100.0, 1000.0)]
+    phi2 = np.exp(-2.0) / np.sqrt(2 * np.pi)
+    assert (lo[1] - lo[0]) / 900.0 == pytest.approx(0.25 * phi2 * (2 - 4), rel=1e-3)
+    r1 = r[:, :1]
+    assert spectral.unbounded_through_preactivations(prob(sat, dmft.square_loss, activations.gelu, 1), yb, r1, jnp.ones(1)) == ()
+    assert spectral.unbounded_through_preactivations(prob(sat, dmft.square_loss, jax.nn.softplus, 2), yb, r, a2) == ("top",)
+    assert spectral.unbounded_through_preactivations(prob(pr, dmft.huber_loss(1.0), activations.gelu, 2), r[:, 0] ** 2, r, a2) == ()
+    assert spectral.unbounded_through_preactivations(prob(sat, dmft.square_loss, jax.nn.relu, 2), yb, r, a2) == ()
