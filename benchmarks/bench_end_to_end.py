@@ -21,7 +21,7 @@ Runs:
     --activation gelu --width 4 --json out.json`` (must exit 0 and write the keys ``CONTRACT_KEYS``;
     its first phase does not converge on the default horizon, so the JSON has δ*(t) and
     ``delta_nn = null``); the return code and the keys present are recorded and tested
-    (tests/test_benchmarks_regression.py).
+    (tests/test_benchmarks.py::test_committed_end_to_end_runs_the_contract_command).
 Quick mode runs (2) with fewer paths and steps (a speed check, not the goal's setting).
 """
 

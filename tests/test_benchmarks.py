@@ -658,3 +658,26 @@ def test_committed_stieltjes_grid_is_the_issue_size_and_consistent():
     assert f"{1e6 * run / (its * S['samples']):.3g} µs" in perf["run time after compilation"]["note"]
     (ks,) = res["accuracy"]
     assert ks["simulation"] == pytest.approx(res["data"]["ks"]) and ks["agree"] and ks["simulation"] <= 0.03
+
+
+def test_committed_aging_bounded_is_consistent():
+    """bench_aging_bounded (η = 0.5: η = 1 is at the edge of stability there): the accuracy rows follow
+    from the stored per-key DMFT laws and per-seed finite-d states, the log fit of δ*(t) from the stored
+    curve, and the engine verdict carries no δ_NN unless it says converged."""
+    from benchmarks.bench_aging_bounded import accuracy_rows, edge_gap_fit, log_fit
+
+    res = _load("aging_bounded")
+    S, data = res["setting"], res["data"]
+    assert S["lr"] == 0.5
+    fss = data["edge_finite_size"]
+    assert_same_json(edge_gap_fit(fss), {k: fss[k] for k in ("gap", "gap_stderr", "gap_exponent")})
+    assert_same_json(accuracy_rows(S, data["theory"], data["finite_d"], fss), res["accuracy"])
+    ds = data["delta_star"]
+    t, y, se = (np.asarray(ds[k], float) for k in ("t_eta", "delta_star", "stderr"))
+    use = t >= 20
+    c, b, c_se, b_se, chi2, dof = log_fit(t[use], y[use], se[use])
+    fit = ds["log_fit"]
+    assert [fit[k] for k in ("c", "b", "c_stderr", "b_stderr", "chi2", "dof")] == pytest.approx(
+        [c, b, c_se, b_se, chi2, dof], rel=1e-9)
+    assert (ds["delta_nn"] is not None) == (ds["status"] == "converged")
+    assert len(ds["delta_star"]) == len(S["times"]) and np.all(np.isfinite(y))

@@ -178,3 +178,27 @@ def test_delta_star_says_when_a_repeat_has_no_root(monkeypatch):
     assert lost[-1] == 1 and np.isfinite(res.delta_star[-1]) and np.isnan(res.delta_star_stderr[-1])
     assert "1 of 2 repeats have no root in the refine grid" in res.message and "no s.e." in res.message
     assert res.diagnostics["stderr_degrees_of_freedom"][-1] == 0 and "degree of freedom" not in res.message
+
+
+def test_period_two_oscillation_flagged_where_gd_oscillates():
+    """At η = 1 the bounded GeLU staircase (two_route's ridge-0.2 Huber row) sits at the edge of
+    stability: finite-d GD (first phase, d = 400) and the DMFT both alternate every step (measured
+    amplitude 0.4–2.5%); at η = 0.5 neither does (≤ 2e-5). delta_star must then refuse a δ_NN and
+    say "reduce lr" instead of reading a limit off a flipping state."""
+    from benchmarks.bench_two_route import problem
+    from spectral.thresholds import period_two_oscillation
+
+    pb = problem("gelu", 0.2)
+    for lr, expect in ((1.0, True), (0.5, False)):
+        tr = dmft.solve(pb, delta=2.0, lr=lr, steps=60, paths=1024, key=jax.random.key(3))
+        sim = dmft.simulate(pb, d=400, delta=2.0, lr=lr, steps=60, seeds=2, key=jax.random.key(4), freeze_hard=True)
+        assert period_two_oscillation(tr.train_error)[0].tolist() == [expect]
+        assert period_two_oscillation(sim.train_error_seeds)[0].tolist() == [expect, expect]
+    # a decaying oscillation (transient) and a monotone curve are not flagged
+    t = np.arange(61)
+    assert not period_two_oscillation(0.5 + 0.01 * (-1.0) ** t * 0.7 ** t)[0][0]
+    assert not period_two_oscillation(0.5 + 0.1 / (1 + t))[0][0]
+    res = delta_star(pb, grid=[1.5, 3.0], lr=1.0, steps=60, times=(30, 60), paths=512, key=jax.random.key(5),
+                     convention="strict", refine=2, repeats=1)
+    assert res.status == "not-converged" and res.delta_nn is None
+    assert any(res.diagnostics["period_two_oscillation"]) and "reduce lr" in res.message and "period 2" in res.message
