@@ -681,3 +681,24 @@ def test_committed_aging_bounded_is_consistent():
         [c, b, c_se, b_se, chi2, dof], rel=1e-9)
     assert (ds["delta_nn"] is not None) == (ds["status"] == "converged")
     assert len(ds["delta_star"]) == len(S["times"]) and np.all(np.isfinite(y))
+
+
+def test_committed_hard_fluctuation_is_consistent():
+    """bench_hard_fluctuation: rms|M_hard|·√d and its s.e. follow from the stored per-seed hard overlaps,
+    the rows from those, the first recorded time is M⁰ = 0 exactly, and the DMFT response starts at 1."""
+    from benchmarks.bench_hard_fluctuation import accuracy_rows, rms_scaled
+
+    res = _load("hard_fluctuation")
+    S, fd = res["setting"], res["data"]["finite_d"]
+    assert S["record"][0] == 0 and S["lr"] == 0.5
+    for dl in S["deltas"]:
+        for d in S["ds"]:
+            v = fd[str(dl)][str(d)]
+            mh = np.asarray(v["m_hard"])
+            assert mh.shape == (S["seeds"], len(S["record"]), 2) and np.all(mh[:, 0] == 0)
+            r, se = rms_scaled(mh, d)
+            assert r[1:].tolist() == pytest.approx(v["rms_sqrt_d"][1:], rel=1e-12)
+            assert se[1:].tolist() == pytest.approx(v["rms_sqrt_d_stderr"][1:], rel=1e-12)
+        for curve in res["data"]["dmft_response"][str(dl)]:
+            assert curve[0] == 1.0 and len(curve) == len(S["record"])
+    assert_same_json(accuracy_rows(S, fd), res["accuracy"])
