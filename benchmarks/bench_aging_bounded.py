@@ -38,7 +38,8 @@ import spectral
 from dmft.simulate import simulation_data
 from spectral.thresholds import delta_star
 
-from .bench_spectral_finite_size import _power_fit
+from .bench_spectral_finite_size import _power_fit, _se
+from .bench_success_bounded import weighted_line
 from .bench_two_route import problem
 
 NAME = "aging_bounded"
@@ -46,20 +47,11 @@ ACT, RIDGE = "gelu", 0.2
 WEIGHT_LEVEL = 0.25  # summed hard weight below the constrained edge that counts as a finite-d outlier (first_phase's)
 
 
-def _se(x):
-    x = np.asarray(x, float)
-    return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
-
-
 def log_fit(t, y, se):
-    """Weighted least squares y = c + b·log t; returns (c, b, se_c, se_b, χ², dof)."""
+    """Weighted least squares y = c + b·log t over the finite points; returns (c, b, se_c, se_b, χ², dof)."""
     t, y, se = (np.asarray(v, float) for v in (t, y, se))
     ok = np.isfinite(y) & np.isfinite(se) & (se > 0)
-    X = np.stack([np.ones(ok.sum()), np.log(t[ok])], axis=1)
-    w = 1.0 / se[ok] ** 2
-    cov = np.linalg.inv(X.T @ (X * w[:, None]))
-    beta = cov @ (X.T @ (w * y[ok]))
-    chi2 = float(np.sum(w * (y[ok] - X @ beta) ** 2))
+    beta, cov, chi2 = weighted_line(np.log(t[ok]), y[ok], se[ok])
     return float(beta[0]), float(beta[1]), float(np.sqrt(cov[0, 0])), float(np.sqrt(cov[1, 1])), chi2, int(ok.sum() - 2)
 
 
@@ -291,4 +283,5 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     ax[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(pathlib.Path(outdir) / f"{NAME}.png", dpi=100)
+    plt.close(fig)
     return dict(setting=S, accuracy=acc, performance=perf, data=data, figure=f"{NAME}.png")
