@@ -194,6 +194,29 @@ def _root_on_grid(deltas, margin):
     return float("nan"), float("nan"), float("nan")
 
 
+def _upper_root_on_grid(deltas, margin):
+    """First sign change back from margin < 0 (outlier) to ≥ 0 (none) along the grid: the negative
+    outlier disappears again at larger δ, so it exists in a *window* of δ (measured:
+    benchmarks/bench_window_bounded.py). Linear interpolation; (root, lo, hi) or (nan, nan, nan).
+    Non-finite margins are not crossings."""
+    m = np.asarray(margin, float)
+    for i in range(1, len(deltas)):
+        if np.isfinite(m[i - 1]) and np.isfinite(m[i]) and m[i - 1] < 0 <= m[i]:
+            lo, hi = deltas[i - 1], deltas[i]
+            return float(lo + (hi - lo) * (-m[i - 1]) / (m[i] - m[i - 1])), float(lo), float(hi)
+    return float("nan"), float("nan"), float("nan")
+
+
+def _window_note(grid, margin_last, t_last) -> str:
+    """Message part for an upper crossing at the last time (coarse grid, key 0); empty when there is none."""
+    up, lo, hi = _upper_root_on_grid(grid, margin_last)
+    if not np.isfinite(up):
+        return ""
+    return (f"; the outlier disappears again above δ ≈ {up:.3g} (t={t_last}, coarse grid, key 0, bracket [{lo:.3g}, "
+            f"{hi:.3g}]): it exists only in a window of δ, so the hard direction is not predicted learnable for every "
+            "δ above the lower threshold — refine that end with a grid around it (diagnostics: window_upper)")
+
+
 @dataclasses.dataclass
 class DeltaStarResult:
     times: tuple
@@ -265,6 +288,9 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     coarse = margin_curve(problem, grid, lr=lr, steps=steps, times=times, paths=paths, key=keys[0],
                           convention=convention, d=d, level=level, pad_to=batch)
     brackets = np.array([_root_on_grid(grid, coarse.margin[:, j])[1:] for j in range(len(times))])
+    upper = np.array([_upper_root_on_grid(grid, coarse.margin[:, j]) for j in range(len(times))])  # (T, 3)
+    window = dict(window_upper=upper[:, 0].tolist(), window_upper_bracket=upper[:, 1:].tolist())
+    window_note = _window_note(grid, coarse.margin[:, -1], times[-1])
     ok = np.isfinite(brackets[:, 0])
     if not ok.any():
         allpos = np.all(~(coarse.margin < 0))
@@ -277,8 +303,9 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
         return DeltaStarResult(times=times, delta_star=np.full(len(times), np.nan),
                                delta_star_stderr=np.full(len(times), np.nan), per_repeat=np.full((repeats, len(times)), np.nan),
                                bracket=brackets, delta_nn=None, delta_nn_stderr=None, status="no-bracket",
-                               message=f"the δ grid never brackets the threshold: {hint}.", convention=convention,
-                               coarse=coarse, setting={}, diagnostics=dict(wall_s=time.perf_counter() - t0))
+                               message=f"the δ grid never brackets the threshold: {hint}{window_note}.",
+                               convention=convention, coarse=coarse, setting={},
+                               diagnostics=dict(wall_s=time.perf_counter() - t0, **window))
     lo, hi = np.nanmin(brackets[ok, 0]), np.nanmax(brackets[ok, 1])
     # widen by half a bracket on each side so independent keys still bracket their roots
     pad = 0.5 * np.nanmax(brackets[ok, 1] - brackets[ok, 0])
@@ -335,6 +362,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
         msg = (f"first phase not converged within {steps} steps (train error changed {tr_change:.2%}, δ*(t) changed "
                f"{ds_change:.2%} over the last half; tolerance {stationarity_tol:.0%}): δ*(t) is reported as a curve, "
                "δ_NN is not; increase steps/lr" + lost_note)
+    msg += window_note
     setting = dict(grid=grid.tolist(), refine_grid=fine.tolist(), lr=float(np.asarray(lr).mean()), steps=int(steps),
                    times=list(times), paths=int(paths), repeats=int(repeats), convention=convention, d=d,
                    stationarity_tol=stationarity_tol, level=negative_level(problem, level),
@@ -345,7 +373,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
                 repeats_without_root=lost.tolist(), stderr_degrees_of_freedom=(n_fin - 1).tolist(),
                 coarse_margin=coarse.margin.tolist(), fine_margins=fine_curves, notes=coarse.notes[:10],
                 coarse_unstable_fraction=coarse.unstable_fraction.tolist(), fine_unstable_fraction=fine_unstable,
-                wall_s=time.perf_counter() - t0)
+                wall_s=time.perf_counter() - t0, **window)
     return DeltaStarResult(times=times, delta_star=ds, delta_star_stderr=se, per_repeat=per, bracket=brackets,
                            delta_nn=dnn, delta_nn_stderr=dnn_se, status=status, message=msg, convention=convention,
                            coarse=coarse, setting=setting, diagnostics=diag)

@@ -13,7 +13,7 @@ import dmft
 import spectral
 from dmft.cli import app
 from dmft.success import fifty_percent_point, hard_cosine
-from spectral.thresholds import _root_on_grid, delta_star, truncate_fixed_shape
+from spectral.thresholds import _root_on_grid, _upper_root_on_grid, delta_star, truncate_fixed_shape
 
 
 def test_root_on_grid_linear_interpolation():
@@ -21,6 +21,48 @@ def test_root_on_grid_linear_interpolation():
     root, lo, hi = _root_on_grid(deltas, 2.5 - deltas)  # margin > 0 below 2.5
     assert (lo, hi) == (2.0, 3.0) and root == pytest.approx(2.5)
     assert np.isnan(_root_on_grid(deltas, np.ones(4))[0])
+
+
+def test_upper_root_on_grid_finds_where_the_outlier_disappears():
+    """The end of a window: margin < 0 (outlier) back to ≥ 0 (none), linearly interpolated; the lower
+    crossing is not an upper one, non-finite margins are not crossings."""
+    g = np.array([2.0, 4.0, 6.0, 8.0])
+    assert _upper_root_on_grid(g, [0.1, -0.2, -0.1, 0.3]) == pytest.approx((6.5, 6.0, 8.0))
+    assert _upper_root_on_grid(g, [-0.1, 0.1, 0.2, 0.3]) == pytest.approx((3.0, 2.0, 4.0))
+    assert np.isnan(_upper_root_on_grid(g, [0.1, -0.2, -0.1, -0.3])[0])           # plain threshold: no upper end
+    assert np.isnan(_upper_root_on_grid(g, [0.1, -0.2, np.inf, np.nan])[0])
+    assert _root_on_grid(g, [0.1, -0.2, -0.1, 0.3])[0] == pytest.approx(2.0 + 2 * 0.1 / 0.3)  # lower end unchanged
+
+
+def test_delta_star_reports_a_window(monkeypatch):
+    """delta_star on a margin that is negative only in a window of δ (the shape measured in
+    bench_window_bounded): the lower root is δ*(t) as before, and the diagnostics and the message say
+    where the outlier disappears again (not 'learnable for every δ > δ*'). A synthetic margin curve
+    replaces the DMFT sweep (this checks the wiring, the benchmark checks the physics)."""
+    import spectral.thresholds as th
+
+    def fake(problem, deltas, *, lr, steps, times, paths, key, convention, d, level, pad_to=None):
+        x = np.asarray(deltas, float)
+        marg = np.stack([(x - 3.0) * (x - 7.0) / 10 for _ in times], 1)   # < 0 on (3, 7)
+        tr = np.tile(np.linspace(1.0, 0.5, steps + 1) ** 0, (len(x), 1))   # constant: stationary
+        nan = np.full_like(marg, np.nan)
+        return th.MarginCurve(deltas=x, times=tuple(times), margin=marg, eigenvalue=nan, edge=nan, cosine2=nan,
+                              train_error=tr, test_error=tr, convention=convention, notes=[],
+                              unstable_fraction=np.zeros(len(x)))
+
+    monkeypatch.setattr(th, "margin_curve", fake)
+    from types import SimpleNamespace
+    pb = SimpleNamespace(ridge=0.5)
+    res = delta_star(pb, grid=[1.0, 2.0, 4.0, 6.0, 8.0, 10.0], lr=0.5, steps=8, times=(4, 8), paths=16,
+                     key=jax.random.key(0), convention="strict", refine=5, repeats=2, level="auto")
+    assert res.status == "converged" and res.delta_nn == pytest.approx(3.0, abs=0.2)
+    up = res.diagnostics["window_upper"]
+    assert up == pytest.approx([6.0 + 2 * 0.3 / 0.8] * 2) and res.diagnostics["window_upper_bracket"][-1] == [6.0, 8.0]
+    assert "disappears again above δ ≈ 6.75" in res.message
+    # a grid that starts inside the window: no lower bracket, and the hint names the upper end
+    res = delta_star(pb, grid=[4.0, 6.0, 8.0], lr=0.5, steps=8, times=(4, 8), paths=16, key=jax.random.key(0),
+                     convention="strict", refine=3, repeats=2, level="auto")
+    assert res.status == "no-bracket" and "try smaller δ" in res.message and "disappears again above" in res.message
 
 
 def test_fifty_percent_point():
