@@ -207,9 +207,10 @@ def _upper_root_on_grid(deltas, margin):
     return float("nan"), float("nan"), float("nan")
 
 
-def _window_note(grid, margin_last, t_last) -> str:
-    """Message part for an upper crossing at the last time (coarse grid, key 0); empty when there is none."""
-    up, lo, hi = _upper_root_on_grid(grid, margin_last)
+def _window_note(upper_last, t_last) -> str:
+    """Message part for the upper crossing ``(root, lo, hi)`` at the last time (coarse grid, key 0); empty
+    when there is none."""
+    up, lo, hi = upper_last
     if not np.isfinite(up):
         return ""
     return (f"; the outlier disappears again above δ ≈ {up:.3g} (t={t_last}, coarse grid, key 0, bracket [{lo:.3g}, "
@@ -290,7 +291,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     brackets = np.array([_root_on_grid(grid, coarse.margin[:, j])[1:] for j in range(len(times))])
     upper = np.array([_upper_root_on_grid(grid, coarse.margin[:, j]) for j in range(len(times))])  # (T, 3)
     window = dict(window_upper=upper[:, 0].tolist(), window_upper_bracket=upper[:, 1:].tolist())
-    window_note = _window_note(grid, coarse.margin[:, -1], times[-1])
+    window_note = _window_note(upper[-1], times[-1])
     ok = np.isfinite(brackets[:, 0])
     if not ok.any():
         allpos = np.all(~(coarse.margin < 0))
