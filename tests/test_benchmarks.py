@@ -726,3 +726,19 @@ def test_committed_window_bounded_is_consistent():
     for d in S["ds"]:
         b, hw = np.asarray(fd[str(d)]["bottom"]), np.asarray(fd[str(d)]["hard_weight0"])
         assert np.all(b[i4] < 0) and np.all(hw[i4] >= WEIGHT_LEVEL) and np.all(b[i8] > 0)
+
+
+def test_committed_window_plateau_is_consistent():
+    """bench_window_plateau: the rows follow from the stored per-key DMFT final hard cos and per-seed GD
+    final cos; the DMFT started from a small hard overlap ends above it where the outlier is negative
+    (δ = 3, 4: the escape) and the GD data cover every (d, δ) with the stated number of seeds."""
+    from benchmarks.bench_window_plateau import accuracy_rows
+
+    res = _load("window_plateau")
+    S, th, gd = res["setting"], res["data"]["theory"], res["data"]["gd"]
+    assert_same_json(accuracy_rows(S, th, gd), res["accuracy"])
+    cos = np.asarray(th["cos_final"])
+    for dl in (3.0, 4.0):
+        assert np.all(cos[:, S["grid"].index(dl)] > S["eps"])
+    for d in S["ds"]:
+        assert np.asarray(gd[str(d)]["cos_final"]).shape == (len(S["grid"]), S["seeds"])
