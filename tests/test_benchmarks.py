@@ -742,3 +742,27 @@ def test_committed_window_plateau_is_consistent():
         assert np.all(cos[:, S["grid"].index(dl)] > S["eps"])
     for d in S["ds"]:
         assert np.asarray(gd[str(d)]["cos_final"]).shape == (len(S["grid"]), S["seeds"])
+
+
+def test_committed_window_outlier_seeds_is_consistent():
+    """bench_window_outlier_seeds: the rows follow from the stored per-key / per-seed values; each key's δ_up
+    is the upper sign change of its stored margin; every DMFT key has a negative outlier at δ = 4; the two
+    hidden units of the first-phase state coincide (E[r rᵀ] rank one, in the DMFT and at every d); the
+    outlier equation on each finite-d state's own law tracks that state's bottom eigenvalue, more tightly as
+    d grows (the largest d has the smallest spread of the difference)."""
+    from benchmarks.bench_window_outlier_seeds import accuracy_rows, upper_crossing
+
+    res = _load("window_outlier_seeds")
+    S, th, fd, grid = res["setting"], res["data"]["theory"], res["data"]["finite_d"], res["data"]["grid"]
+    assert_same_json(accuracy_rows(S, th, fd, grid), res["accuracy"])
+    assert_same_json([upper_crossing(S["grid"], m) for m in grid["margin"]], grid["delta_up"])
+    assert np.all(np.asarray(th["outlier"]) < 0)
+    spread = []
+    for src in [th] + [fd[str(d)] for d in S["ds"]]:
+        R = np.asarray(src["Err"])
+        assert np.allclose(R[:, 0, 0], R[:, 0, 1], rtol=1e-3)
+    for d in S["ds"]:
+        b, lo = np.asarray(fd[str(d)]["bottom"]), np.asarray(fd[str(d)]["law_outlier"])
+        assert len(b) == S["seeds"] and b.mean() < 0
+        spread.append(np.std(b - lo, ddof=1))
+    assert spread[-1] == min(spread)
