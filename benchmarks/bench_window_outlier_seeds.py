@@ -77,6 +77,23 @@ def _state_rows(pb, S, X, y, W, a):
     return row
 
 
+def _finite_states(pb, S, d, delta, chunk_key):
+    """``S["seeds"]`` GD first-phase states at (d, δ), run ``S["chunk"]`` seeds at a time (chunk c from
+    ``chunk_key(c)``): per seed the rows of :func:`_state_rows` and the final train error."""
+    rec = {}
+    for c in range(-(-S["seeds"] // S["chunk"])):
+        ns = min(S["chunk"], S["seeds"] - c * S["chunk"])
+        sim = dmft.simulate(pb, d, delta, S["lr"], S["steps"], ns, chunk_key(c), freeze_hard=True, return_weights=True,
+                            save_weights_at=(S["steps"],))
+        for s in range(ns):
+            X, y = simulation_data(pb, sim, s)
+            row = _state_rows(pb, S, X, y, sim.W_at[s, 0], sim.a_at[s, 0])
+            row["train_error"] = float(np.asarray(sim.train_error_seeds)[s, -1])
+            for k_, v in row.items():
+                rec.setdefault(k_, []).append(v)
+    return rec
+
+
 def accuracy_rows(S, theory, finite_d, grid=None):
     acc = []
     th_out = np.asarray(theory["outlier"], float)
@@ -198,19 +215,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     finite_d = {}
     for d in S["ds"]:
         t0 = time.perf_counter()
-        rec = {}
-        for c in range(-(-S["seeds"] // S["chunk"])):
-            ns = min(S["chunk"], S["seeds"] - c * S["chunk"])
-            sim = dmft.simulate(pb, d, S["delta"], S["lr"], S["steps"], ns, jax.random.fold_in(root, 1000 * d + c),
-                                freeze_hard=True, return_weights=True, save_weights_at=(S["steps"],))
-            for s in range(ns):
-                X, y = simulation_data(pb, sim, s)
-                row = _state_rows(pb, S, X, y, sim.W_at[s, 0], sim.a_at[s, 0])
-                row["train_error"] = float(np.asarray(sim.train_error_seeds)[s, -1])
-                for k_, v in row.items():
-                    rec.setdefault(k_, []).append(v)
-            print(f"   d={d} chunk {c}: bottom {np.round(rec['bottom'][-ns:], 4).tolist()} hard weight "
-                  f"{np.round(rec['hard_weight0'][-ns:], 3).tolist()}", flush=True)
+        rec = _finite_states(pb, S, d, S["delta"], lambda c: jax.random.fold_in(root, 1000 * d + c))
+        print(f"   d={d}: bottom {np.round(rec['bottom'], 4).tolist()}", flush=True)
         finite_d[str(d)] = rec
         perf.append(dict(what=f"finite-d first phase at δ={S['delta']:g}: GD d={d}, {S['seeds']} seeds, {S['steps']} "
                               f"steps + Hessians ({'dense' if d * len(A) <= 6000 else 'Lanczos'})",
@@ -233,18 +239,9 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     t0 = time.perf_counter()
     g = {}
     for i, dl in enumerate(S["fd_grid"]):
-        per = {}
-        for c in range(-(-S["seeds"] // S["chunk"])):
-            ns = min(S["chunk"], S["seeds"] - c * S["chunk"])
-            sim = dmft.simulate(pb, S["grid_d"], dl, S["lr"], S["steps"], ns, jax.random.fold_in(root, 7000 + 10 * i + c),
-                                freeze_hard=True, return_weights=True, save_weights_at=(S["steps"],))
-            for s in range(ns):
-                X, y = simulation_data(pb, sim, s)
-                row = _state_rows(pb, S, X, y, sim.W_at[s, 0], sim.a_at[s, 0])
-                for k_ in ("bottom", "hard_weight0", "law_outlier", "law_edge"):
-                    per.setdefault(k_, []).append(row[k_])
-        for k_, v in per.items():
-            g.setdefault(k_, []).append(v)
+        per = _finite_states(pb, S, S["grid_d"], dl, lambda c: jax.random.fold_in(root, 7000 + 10 * i + c))
+        for k_ in ("bottom", "hard_weight0", "law_outlier", "law_edge"):
+            g.setdefault(k_, []).append(per[k_])
         print(f"   grid d={S['grid_d']} δ={dl:g}: bottom mean {np.mean(per['bottom']):.4f}", flush=True)
     grid["finite_d"] = g
     perf.append(dict(what=f"finite-d δ grid: GD d={S['grid_d']}, {S['seeds']} seeds × {len(S['fd_grid'])} δ, "
