@@ -766,3 +766,23 @@ def test_committed_window_outlier_seeds_is_consistent():
         assert len(b) == S["seeds"] and b.mean() < 0
         spread.append(np.std(b - lo, ddof=1))
     assert spread[-1] == min(spread)
+
+
+def test_committed_window_plateau_paths_is_consistent():
+    """bench_window_plateau_paths: the rows follow from the stored per-key DMFT final hard cos and per-seed GD
+    final cos (window_plateau's rule, plus the not-at-plateau label); the DMFT from a small hard overlap escapes
+    at δ = 3 and 4 in every key; at δ = 3 every key is at its plateau (change over the last quarter
+    < plateau_change_max), at δ = 4 every key is still rising, so those rows are labelled and never count as
+    agreement."""
+    from benchmarks.bench_window_plateau_paths import accuracy_rows
+
+    res = _load("window_plateau_paths")
+    S, th, gd = res["setting"], res["data"]["theory"], res["data"]["gd"]
+    assert_same_json(accuracy_rows(S, th, gd), res["accuracy"])
+    assert np.all(np.asarray(th["cos_final"]) > 2 * S["eps"])
+    chg = np.asarray(th["cos_change_last_quarter"])
+    assert np.all(np.abs(chg[:, 0]) < S["plateau_change_max"]) and np.all(chg[:, 1] > S["plateau_change_max"])
+    rows4 = [r for r in res["accuracy"] if "δ=4:" in r["quantity"]]
+    assert rows4 and all("NOT at its plateau" in r["quantity"] and not r["agree"] for r in rows4)
+    for d in S["ds"]:
+        assert np.asarray(gd[str(d)]["cos_final"]).shape == (len(S["grid"]), S["seeds"])
