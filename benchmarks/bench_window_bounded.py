@@ -59,6 +59,24 @@ def upper_crossing(grid, values):
     return _upper_root_on_grid(np.asarray(grid, float), values)[0]
 
 
+def margin_curves(pb, S, steps, root) -> dict:
+    """Per DMFT key ``fold_in(root, 100 + k)``, k < ``S["law_keys"]``: the strict-convention margin curve on
+    ``S["grid"]`` at ``steps`` (``margin_curve``), the outlier and bulk edge of H + λI (eigenvalue + ridge), cos²,
+    the train error's relative change over the last half, and the key's upper crossing δ_up."""
+    out = dict(margin=[], outlier=[], edge=[], cosine2=[], train_change_last_half=[])
+    for k in range(S["law_keys"]):
+        mc = margin_curve(pb, np.asarray(S["grid"]), lr=S["lr"], steps=steps, times=(steps,), paths=S["paths"],
+                          key=jax.random.fold_in(root, 100 + k), convention="strict", d=None, level="auto")
+        tr = np.asarray(mc.train_error)
+        out["margin"].append(np.asarray(mc.margin)[:, 0].tolist())
+        out["outlier"].append((np.asarray(mc.eigenvalue)[:, 0] + S["ridge"]).tolist())
+        out["edge"].append((np.asarray(mc.edge)[:, 0] + S["ridge"]).tolist())
+        out["cosine2"].append(np.asarray(mc.cosine2)[:, 0].tolist())
+        out["train_change_last_half"].append(((tr[:, -1] - tr[:, steps // 2]) / tr[:, -1]).tolist())
+    out["delta_up"] = [upper_crossing(S["grid"], m) for m in out["margin"]]
+    return out
+
+
 def _row(quantity, theory, theory_se, sim, sim_se, d, seeds, tol, rule, note=None):
     ok = all(np.isfinite(x) for x in (theory, sim, tol))
     r = dict(quantity=quantity, theory=float(theory), theory_stderr=float(theory_se), simulation=float(sim),
@@ -165,18 +183,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     perf = []
 
     t0 = time.perf_counter()
-    theory = dict(margin=[], outlier=[], edge=[], cosine2=[], train_change_last_half=[])
-    for k in range(S["law_keys"]):
-        mc = margin_curve(pb, np.asarray(S["grid"]), lr=S["lr"], steps=S["steps"], times=(S["steps"],),
-                          paths=S["paths"], key=jax.random.fold_in(root, 100 + k), convention="strict", d=None,
-                          level="auto")
-        tr = np.asarray(mc.train_error)
-        theory["margin"].append(np.asarray(mc.margin)[:, 0].tolist())
-        theory["outlier"].append((np.asarray(mc.eigenvalue)[:, 0] + S["ridge"]).tolist())
-        theory["edge"].append((np.asarray(mc.edge)[:, 0] + S["ridge"]).tolist())
-        theory["cosine2"].append(np.asarray(mc.cosine2)[:, 0].tolist())
-        theory["train_change_last_half"].append(((tr[:, -1] - tr[:, S["steps"] // 2]) / tr[:, -1]).tolist())
-    theory["delta_up"] = [upper_crossing(S["grid"], m) for m in theory["margin"]]
+    theory = margin_curves(pb, S, S["steps"], root)
     perf.append(dict(what=f"DMFT margin curves: {len(S['grid'])} δ × {S['law_keys']} keys, {S['steps']} steps, "
                           f"{S['paths']} paths", value=time.perf_counter() - t0, unit="s", ratio=None,
                      note="incl. compilation"))

@@ -46,11 +46,11 @@ import spectral
 from dmft.simulate import simulation_data
 from spectral.hessian import finite_blocks
 from spectral.law import law_from_dmft
-from spectral.thresholds import margin_curve, negative_level
+from spectral.thresholds import negative_level
 
 from .bench_spectral_finite_size import _se
 from .bench_two_route import problem
-from .bench_window_bounded import ACT, A, RIDGE, _row, upper_crossing
+from .bench_window_bounded import ACT, A, RIDGE, _row, margin_curves, upper_crossing
 
 NAME = "window_outlier_seeds"
 
@@ -223,15 +223,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                          value=time.perf_counter() - t0, unit="s", ratio=None, note="incl. compilation"))
 
     t0 = time.perf_counter()
-    grid = dict(margin=[], outlier=[], edge=[])
-    for k in range(S["law_keys"]):
-        mc = margin_curve(pb, np.asarray(S["grid"]), lr=S["lr"], steps=S["grid_steps"], times=(S["grid_steps"],),
-                          paths=S["paths"], key=jax.random.fold_in(root, 100 + k), convention="strict", d=None,
-                          level="auto")
-        grid["margin"].append(np.asarray(mc.margin)[:, 0].tolist())
-        grid["outlier"].append((np.asarray(mc.eigenvalue)[:, 0] + S["ridge"]).tolist())
-        grid["edge"].append((np.asarray(mc.edge)[:, 0] + S["ridge"]).tolist())
-    grid["delta_up"] = [upper_crossing(S["grid"], m) for m in grid["margin"]]
+    mc = margin_curves(pb, S, S["grid_steps"], root)
+    grid = {k_: mc[k_] for k_ in ("margin", "outlier", "edge", "delta_up")}
     perf.append(dict(what=f"DMFT margin curves: {len(S['grid'])} δ × {S['law_keys']} keys, {S['grid_steps']} steps, "
                           f"{S['paths']} paths", value=time.perf_counter() - t0, unit="s", ratio=None,
                      note="incl. compilation"))

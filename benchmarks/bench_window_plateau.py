@@ -116,15 +116,18 @@ def figure(S, theory, gd, outdir, name=NAME):
     plt.close(fig)
 
 
+def setting(quick: bool) -> dict:
+    """The setting of ``run`` (also the base of ``bench_window_plateau_paths``)."""
+    return dict(act=ACT, a=list(A), ridge=RIDGE, lr=0.5, eps=0.05, grid=[3.0, 4.0, 8.0] if quick else [3.0, 4.0, 5.0, 6.0, 8.0],
+            dmft_steps=60 if quick else 300, paths=512 if quick else 4096, keys=2 if quick else 3,
+            ds=[200, 400] if quick else [1000, 2000], seeds=3 if quick else 6, gd_steps=300 if quick else 1600, key=0,
+            plateau_min=PLATEAU_MIN, init_dmft="M0_hard = eps (1, -1)/sqrt(2), M0_easy = 0, Q0 = I",
+            init_gd="random (rows N(0, Q0/d) in all directions: hard overlap O(d^-1/2)), float32",
+            keys_note="DMFT: fold_in(key(key), 200 + k); GD: fold_in(key(key), d) (success_curve, fold_in per δ)")
+
+
 def run(mode: str, outdir: pathlib.Path) -> dict:
-    quick = mode == "quick"
-    S = dict(act=ACT, a=list(A), ridge=RIDGE, lr=0.5, eps=0.05, grid=[3.0, 4.0, 8.0] if quick else [3.0, 4.0, 5.0, 6.0, 8.0],
-             dmft_steps=60 if quick else 300, paths=512 if quick else 4096, keys=2 if quick else 3,
-             ds=[200, 400] if quick else [1000, 2000], seeds=3 if quick else 6, gd_steps=300 if quick else 1600, key=0,
-             plateau_min=PLATEAU_MIN, init_dmft="M0_hard = eps (1, -1)/sqrt(2), M0_easy = 0, Q0 = I",
-             init_gd="random (rows N(0, Q0/d) in all directions: hard overlap O(d^-1/2)), float32",
-             keys_note="DMFT: fold_in(key(key), 200 + k); GD: fold_in(key(key), d) (success_curve, fold_in per δ)")
-    return measure(S, outdir)
+    return measure(setting(mode == "quick"), outdir)
 
 
 def measure(S: dict, outdir: pathlib.Path, name: str = NAME) -> dict:

@@ -19,20 +19,15 @@ from __future__ import annotations
 
 import pathlib
 
-from .bench_window_bounded import A, ACT, RIDGE
-from .bench_window_plateau import PLATEAU_MIN, accuracy_rows, figure, measure  # noqa: F401 (accuracy_rows: test)
+from .bench_window_plateau import accuracy_rows, figure, measure, setting  # noqa: F401 (accuracy_rows: test)
 
 NAME = "window_plateau_paths"
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
     quick = mode == "quick"
-    S = dict(act=ACT, a=list(A), ridge=RIDGE, lr=0.5, eps=0.05, grid=[3.0, 4.0],
-             dmft_steps=60 if quick else 300, paths=1024 if quick else 16384, keys=2 if quick else 4,
-             ds=[200, 400] if quick else [1000, 2000], seeds=3 if quick else 6, gd_steps=300 if quick else 1600, key=1,
-             plateau_min=PLATEAU_MIN, plateau_change_max=0.005, init_dmft="M0_hard = eps (1, -1)/sqrt(2), M0_easy = 0, Q0 = I",
-             init_gd="random (rows N(0, Q0/d) in all directions: hard overlap O(d^-1/2)), float32",
-             keys_note="DMFT: fold_in(key(key), 200 + k); GD: fold_in(key(key), d) (success_curve, fold_in per δ)")
+    S = dict(setting(quick), grid=[3.0, 4.0], paths=1024 if quick else 16384, keys=2 if quick else 4, key=1,
+             plateau_change_max=0.005)
     return measure(S, outdir, NAME)
 
 

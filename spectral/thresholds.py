@@ -180,15 +180,19 @@ def _criterion(problem, level):
             if level == "auto" else f"outlier below min(bulk edge, {lv:g})")
 
 
+def _crossing(deltas, m, i):
+    """(root, lo, hi) of the sign change of ``m`` between grid points i − 1 and i (linear interpolation)."""
+    lo, hi = deltas[i - 1], deltas[i]
+    return float(lo + (hi - lo) * m[i - 1] / (m[i - 1] - m[i])), float(lo), float(hi)
+
+
 def _root_on_grid(deltas, margin):
     """First sign change from margin ≥ 0 (no outlier) to < 0 (outlier); linear interpolation.
     Returns (root, lo, hi) or (nan, nan, nan)."""
     m = np.asarray(margin)
     for i in range(1, len(deltas)):
         if np.isfinite(m[i - 1]) and np.isfinite(m[i]) and m[i - 1] >= 0 > m[i]:
-            lo, hi = deltas[i - 1], deltas[i]
-            root = lo + (hi - lo) * m[i - 1] / (m[i - 1] - m[i])
-            return float(root), float(lo), float(hi)
+            return _crossing(deltas, m, i)
         if not np.isfinite(m[i - 1]) and np.isfinite(m[i]) and m[i] < 0:
             return float("nan"), float(deltas[i - 1]), float(deltas[i])
     return float("nan"), float("nan"), float("nan")
@@ -202,8 +206,7 @@ def _upper_root_on_grid(deltas, margin):
     m = np.asarray(margin, float)
     for i in range(1, len(deltas)):
         if np.isfinite(m[i - 1]) and np.isfinite(m[i]) and m[i - 1] < 0 <= m[i]:
-            lo, hi = deltas[i - 1], deltas[i]
-            return float(lo + (hi - lo) * (-m[i - 1]) / (m[i] - m[i - 1])), float(lo), float(hi)
+            return _crossing(deltas, m, i)
     return float("nan"), float("nan"), float("nan")
 
 
