@@ -27,6 +27,7 @@ two d (an O(d^{-1/2}) fluctuation keeps it d-independent) — reported, with agr
 from __future__ import annotations
 
 import pathlib
+import sys
 import time
 
 import jax
@@ -62,6 +63,19 @@ def _row(quantity, theory, theory_se, sim, sim_se, d, seeds, note=None):
     return r
 
 
+def _breakdown_note(theory, i):
+    """Where the solver flagged the field factor (runs that stored ``factor_breakdown``): which keys, from
+    which step, the residual there and at the last step (docs/dmft.md, "Conditioning at late times")."""
+    fb = theory.get("factor_breakdown")
+    if not fb:
+        return ""
+    bad = [(k, b[i], theory["factor_residual_final"][k][i]) for k, b in enumerate(fb) if b[i] is not None]
+    if not bad:
+        return "; field factor faithful at every step of every key"
+    return "; field factor flagged (values from that step on less reliable): " + ", ".join(
+        f"key {k} from step {b[0]} (residual {b[1]:.2g}, {r:.2g} at the end)" for k, b, r in bad)
+
+
 def accuracy_rows(S, theory, gd):
     acc = []
     cos_th = np.asarray(theory["cos_final"], float)        # (keys, len(grid))
@@ -79,10 +93,16 @@ def accuracy_rows(S, theory, gd):
                 r = _row(f"{tag} δ={dl:g}: final hard cos, DMFT from M⁰_hard = {S['eps']:g} "
                          f"(t·η={S['dmft_steps'] * S['lr']:g}{', NOT at its plateau' if rising else ''}) vs GD from random "
                          f"init (t·η={S['gd_steps'] * S['lr']:g})", th.mean(), _se(th), c.mean(), _se(c), d, c.size,
-                         note=f"DMFT change of the hard cos over the last quarter: {np.round(chg[:, i], 4).tolist()} (keys)")
+                         note=f"DMFT change of the hard cos over the last quarter: {np.round(chg[:, i], 4).tolist()} (keys)"
+                              + _breakdown_note(theory, i))
                 if rising:
                     r["agree"] = False
                     r["tolerance_rule"] += f"; not compared: a DMFT key changed by > {S['plateau_change_max']:g} over the last quarter"
+                if any(b[i] is not None for b in theory.get("factor_breakdown") or []):
+                    # a key's field factor broke before the last step: its final value is not the plateau (session 31:
+                    # a key on its plateau 0.329 fell to 0.146 within 5 steps of the break)
+                    r["agree"] = False
+                    r["tolerance_rule"] += "; not compared: a DMFT key's field factor broke before the last step"
                 acc.append(r)
         else:
             c = [np.asarray(gd[str(d)]["cos_final"], float)[i] * np.sqrt(d) for d in S["ds"]]
@@ -137,10 +157,17 @@ def measure(S: dict, outdir: pathlib.Path, name: str = NAME) -> dict:
     perf = []
     t0 = time.perf_counter()
     P = warm_problem(S["eps"])
-    theory = dict(cos_final=[], cos_change_last_quarter=[], train_final=[], cos_curve=[])
+    theory = dict(cos_final=[], cos_change_last_quarter=[], train_final=[], cos_curve=[], factor_breakdown=[],
+                  factor_residual_final=[])
     q = S["dmft_steps"] * 3 // 4
     for k in range(S["keys"]):
-        tr = dmft.solve_sweep(P, np.asarray(S["grid"]), S["lr"], S["dmft_steps"], S["paths"], jax.random.fold_in(root, 200 + k))
+        # chol_jitter: S's (docs/dmft.md, "Conditioning at late times"), else the solver's default
+        tr = dmft.solve_sweep(P, np.asarray(S["grid"]), S["lr"], S["dmft_steps"], S["paths"], jax.random.fold_in(root, 200 + k),
+                              chol_jitter=S.get("chol_jitter"))
+        # per δ: [first step where the field factor stops reproducing C_θ, its residual] or None (the solver's
+        # own test, which also warns); the residual at the last step
+        theory["factor_breakdown"].append([None if b is None else list(b) for b in sys.modules["dmft.solve"]._factor_breakdowns(tr)])
+        theory["factor_residual_final"].append(np.asarray(tr.factor_residual)[:, -1].tolist())
         cos = np.asarray(hard_cosine(tr.overlap, tr.gram, (1,)))          # (len(grid), steps+1)
         theory["cos_final"].append(cos[:, -1].tolist())
         theory["cos_change_last_quarter"].append((cos[:, -1] - cos[:, q]).tolist())

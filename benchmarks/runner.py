@@ -43,6 +43,7 @@ RESULTS = HERE / "results"
 MODES = ("quick", "standard", "full")
 JOBS_ENV = "DELTANN_BENCH_JOBS"            # set by the parent of ``--jobs N`` workers (recorded in provenance)
 CACHE_ENV = "DELTANN_BENCH_XLA_CACHE"      # the compilation cache directory the workers share
+XLA_FLAGS_STATUS = "not applied (runner.main not called)"  # what dmft.xla_flags.fast_cpu_compile did (provenance)
 
 
 def default_outdir(mode: str) -> pathlib.Path:
@@ -69,6 +70,8 @@ def provenance(mode: str) -> dict:
         machine=platform.machine(),
         cpu_count=os.cpu_count(),
         concurrent_benchmark_processes=int(os.environ.get(JOBS_ENV, "1")),
+        xla_flags=os.environ.get("XLA_FLAGS", ""),
+        xla_flags_deltann=XLA_FLAGS_STATUS,
     )
 
 
@@ -401,6 +404,11 @@ def replot(name: str, outdir: pathlib.Path = RESULTS) -> pathlib.Path:
 
 def main(argv=None):
     import argparse
+
+    from dmft.xla_flags import fast_cpu_compile
+
+    global XLA_FLAGS_STATUS
+    XLA_FLAGS_STATUS = fast_cpu_compile()  # before any computation (dmft/xla_flags.py); workers inherit XLA_FLAGS
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     sub = ap.add_subparsers(dest="cmd", required=True)

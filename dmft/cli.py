@@ -14,6 +14,9 @@ app = typer.Typer(add_completion=False, help="deltann: DMFT, Hessian spectra and
 @app.callback()
 def _root():
     """deltann: DMFT, Hessian spectra and thresholds of two-layer networks."""
+    from .xla_flags import fast_cpu_compile
+
+    fast_cpu_compile()  # before any computation: faster XLA CPU compilation (dmft/xla_flags.py)
 
 
 def demo_problem():

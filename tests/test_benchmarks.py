@@ -786,3 +786,24 @@ def test_committed_window_plateau_paths_is_consistent():
     assert rows4 and all("NOT at its plateau" in r["quantity"] and not r["agree"] for r in rows4)
     for d in S["ds"]:
         assert np.asarray(gd[str(d)]["cos_final"]).shape == (len(S["grid"]), S["seeds"])
+
+
+def test_window_plateau_rows_reject_a_broken_field_factor():
+    """bench_window_plateau.accuracy_rows: a key whose field factor broke before its last step (stored
+    ``factor_breakdown``) makes the plateau row 'not compared', even where the numbers agree; the note says
+    which key and step. Runs that did not store the diagnostic are read as before."""
+    from benchmarks.bench_window_plateau import accuracy_rows
+
+    S = dict(grid=[3.0], ridge=0.5, eps=0.05, dmft_steps=600, lr=0.5, gd_steps=1600, ds=[4000],
+             plateau_change_max=0.005)
+    th = dict(cos_final=[[0.30], [0.31]], cos_change_last_quarter=[[0.0], [0.001]])
+    gd = {"4000": dict(cos_final=[[0.30, 0.31, 0.32]])}
+    (plain,) = accuracy_rows(S, th, gd)
+    assert plain["agree"]
+    ok = dict(th, factor_breakdown=[[None], [None]], factor_residual_final=[[1e-8], [1e-8]])
+    (fine,) = accuracy_rows(S, ok, gd)
+    assert fine["agree"] and "faithful at every step" in fine["note"]
+    bad = dict(th, factor_breakdown=[[None], [[595, 3e-10]]], factor_residual_final=[[1e-8], [2e-3]])
+    (broken,) = accuracy_rows(S, bad, gd)
+    assert not broken["agree"] and "field factor broke" in broken["tolerance_rule"]
+    assert "key 1 from step 595" in broken["note"]
