@@ -1,6 +1,8 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~12–17 min for the whole suite on a 2-core CPU with two workers:
+Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two workers: 655 s
+with 38 benchmarks on 2026-12-05, 519 s of XLA backend compilation in 1257 s of summed benchmark wall,
+after ``main`` started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``; before it:
 1022 s with 31 benchmarks on 2026-12-04 on a 2-core AMD EPYC VM on which most benchmarks ran 10–60% slower
 than the day before, compilation included, and every result differs from the day before's at ~1e-7–1e-9
 relative, also in code untouched that day: another host CPU (the two new benchmarks add ~110 s of summed
@@ -414,7 +416,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="reduced sizes, ~12-17 min on 2 cores (2 workers); writes results/quick/")
+    g.add_argument("--quick", action="store_true", help="reduced sizes, ~11 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
     g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~11.6 h in all on 2 cores; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")

@@ -51,10 +51,16 @@ TOY = textwrap.dedent(
 exec(TOY, globals())
 
 
+def _xla_flags(devices):
+    """This process's XLA flags (the compile flag of tests/conftest.py: results are bit-identical only between
+    programs compiled with the same flags) plus ``devices`` host CPU devices."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+
+
 def _subprocess(body, tmp_path, devices=4):
     """Start ``TOY + body`` in a fresh interpreter with ``devices`` host CPU devices."""
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = _xla_flags(devices)
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     code = TOY + textwrap.dedent(body)
@@ -309,7 +315,7 @@ def test_two_process_jax_distributed(tmp_path):
         np.savez(f"mh{{pid}}.npz", **r.values)
         print("OK")
         """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=_xla_flags(2), JAX_PLATFORMS="cpu",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [subprocess.Popen([sys.executable, "-c", init + TOY + body, str(i)], env=env, cwd=str(tmp_path),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
