@@ -2,7 +2,8 @@
 
 Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two workers: 655 s
 with 38 benchmarks on 2026-12-05, 519 s of XLA backend compilation in 1257 s of summed benchmark wall,
-after ``main`` started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``; before it:
+after ``main`` started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``); without the flag the
+same day 806 s, 643 s of compilation in 1323 s (before it:
 1022 s with 31 benchmarks on 2026-12-04 on a 2-core AMD EPYC VM on which most benchmarks ran 10–60% slower
 than the day before, compilation included, and every result differs from the day before's at ~1e-7–1e-9
 relative, also in code untouched that day: another host CPU (the two new benchmarks add ~110 s of summed
