@@ -63,17 +63,18 @@ def _row(quantity, theory, theory_se, sim, sim_se, d, seeds, note=None):
     return r
 
 
-def _breakdown_note(theory, i):
-    """Where the solver flagged the field factor (runs that stored ``factor_breakdown``): which keys, from
-    which step, the residual there and at the last step (docs/dmft.md, "Conditioning at late times")."""
+def _breakdown(theory, i):
+    """(note, broken) for δ index ``i``: where the solver flagged the field factor (runs that stored
+    ``factor_breakdown``): which keys, from which step, the residual there and at the last step (docs/dmft.md,
+    "Conditioning at late times"); ``broken`` when any key was flagged."""
     fb = theory.get("factor_breakdown")
     if not fb:
-        return ""
+        return "", False
     bad = [(k, b[i], theory["factor_residual_final"][k][i]) for k, b in enumerate(fb) if b[i] is not None]
     if not bad:
-        return "; field factor faithful at every step of every key"
+        return "; field factor faithful at every step of every key", False
     return "; field factor flagged (values from that step on less reliable): " + ", ".join(
-        f"key {k} from step {b[0]} (residual {b[1]:.2g}, {r:.2g} at the end)" for k, b, r in bad)
+        f"key {k} from step {b[0]} (residual {b[1]:.2g}, {r:.2g} at the end)" for k, b, r in bad), True
 
 
 def accuracy_rows(S, theory, gd):
@@ -88,17 +89,18 @@ def accuracy_rows(S, theory, gd):
             # key whose hard cos still changes by more over the last quarter is not at its plateau, so the row
             # says so and does not count as agreement
             rising = "plateau_change_max" in S and bool(np.any(np.abs(chg[:, i]) > S["plateau_change_max"]))
+            fnote, broken = _breakdown(theory, i)
             for d in S["ds"]:
                 c = np.asarray(gd[str(d)]["cos_final"], float)[i]
                 r = _row(f"{tag} δ={dl:g}: final hard cos, DMFT from M⁰_hard = {S['eps']:g} "
                          f"(t·η={S['dmft_steps'] * S['lr']:g}{', NOT at its plateau' if rising else ''}) vs GD from random "
                          f"init (t·η={S['gd_steps'] * S['lr']:g})", th.mean(), _se(th), c.mean(), _se(c), d, c.size,
                          note=f"DMFT change of the hard cos over the last quarter: {np.round(chg[:, i], 4).tolist()} (keys)"
-                              + _breakdown_note(theory, i))
+                              + fnote)
                 if rising:
                     r["agree"] = False
                     r["tolerance_rule"] += f"; not compared: a DMFT key changed by > {S['plateau_change_max']:g} over the last quarter"
-                if any(b[i] is not None for b in theory.get("factor_breakdown") or []):
+                if broken:
                     # a key's field factor broke before the last step: its final value is not the plateau (session 31:
                     # a key on its plateau 0.329 fell to 0.146 within 5 steps of the break)
                     r["agree"] = False

@@ -9,7 +9,7 @@ import jax  # noqa: E402
 from dmft.xla_flags import fast_cpu_compile  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
-XLA_FLAGS_STATUS = fast_cpu_compile()  # before any computation (dmft/xla_flags.py); workers inherit XLA_FLAGS
+fast_cpu_compile()  # before any computation (dmft/xla_flags.py); workers inherit XLA_FLAGS
 
 CACHE_ENV = "DELTANN_TEST_XLA_CACHE"
 
