@@ -188,6 +188,9 @@ def _group_mean(x, n_hard):
 # 1e-8 does not. The default is kept for the committed results; spectral.threshold_gradient's
 # dynamic route uses 1e-8 (smooth in δ and θ). docs/dmft.md, "Conditioning at late times".
 CHOL_JITTER = 1e-13
+# fold_in constant of the solve's key for the test set of ``test_samples`` (distinct from the split
+# of _antithetic_inputs)
+TEST_SET_FOLD = 0x7E57
 
 
 def _divided_differences(ev, f, fprime):
@@ -235,7 +238,7 @@ def _sqrt_factor_jvp(primals, tangents):
 
 @eqx.filter_jit
 def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: tuple, save_at: tuple,
-                chol_jitter: float):
+                chol_jitter: float, test_samples: Optional[int] = None):
     m, k = problem.m, problem.k
     T = steps
     n_hard = len(hard)
@@ -252,6 +255,14 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
 
     # --- fixed randomness: teacher inputs, noise, labels (antithetic groups) -----------
     kxi, kf, zf, epsf, yf, expand = _antithetic_inputs(problem, key, paths, hard, dt)
+
+    if test_samples is not None:
+        # a test set of its own, fixed across time (common random numbers), as dmft.simulate's:
+        # (z, ε) fresh, ξ ~ N(0, I_m), r = M^tᵀ z + F ξ with F Fᵀ = C_θ(t,t)
+        ktz, kte, ktx = jax.random.split(jax.random.fold_in(key, TEST_SET_FOLD), 3)
+        zt = jax.random.normal(ktz, (test_samples, k), dt)
+        yt = problem.teacher.labels(zt, problem.teacher.sample_noise(kte, (test_samples,)).astype(dt))
+        xit = jax.random.normal(ktx, (test_samples, m), dt)
 
     def gmean(x):  # exact-symmetric mean over paths of x (paths, ...)
         return _group_mean(x.reshape((G, Nb) + x.shape[1:]), n_hard)
@@ -337,11 +348,14 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
 
         # ---- observables at step t ---------------------------------------------------
         train = jnp.mean(loss_v(yf, r_t, a_t))
-        xi_f = expand(jax.random.normal(jax.random.fold_in(kf, t), (Nb, m), dt))
         ct = 0.5 * (C[t, t] + C[t, t].T)
         sq = _sqrt_factor(ct)
-        r_fresh = zf @ M_t + xi_f @ sq.T
-        test = jnp.mean(loss_v(yf, r_fresh, a_t))
+        if test_samples is None:  # default: the paths' own (z, y) with a fresh field per step
+            xi_f = expand(jax.random.normal(jax.random.fold_in(kf, t), (Nb, m), dt))
+            r_fresh = zf @ M_t + xi_f @ sq.T
+            test = jnp.mean(loss_v(yf, r_fresh, a_t))
+        else:
+            test = jnp.mean(loss_v(yt, zt @ M_t + xit @ sq.T, a_t))
 
         # ---- (4), (5): overlap and second layer ------------------------------------
         Ezg = gmean(zf[:, :, None] * g_t[:, None, :])
@@ -510,6 +524,7 @@ def solve(
     throw: bool = True,
     check_inputs: bool = True,
     chol_jitter: float = None,
+    test_samples: int = None,
 ) -> Trajectory:
     """Solve the discrete-time DMFT of full-batch GD for ``steps`` steps (THEORY §1).
 
@@ -521,7 +536,13 @@ def solve(
     ``(z, y, eps, r^t)`` are returned in ``.samples``. With ``throw=True`` (default)
     non-finite kernels raise :class:`DMFTError` naming the first bad step. ``chol_jitter``: relative
     jitter of the innovation blocks of the block-Cholesky factor of ``C_θ`` (default: the module
-    constant ``CHOL_JITTER`` = 1e-13; docs/dmft.md, "Conditioning at late times").
+    constant ``CHOL_JITTER`` = 1e-13; docs/dmft.md, "Conditioning at late times"). ``test_samples``
+    (static int): estimate the test error on a test set of its own, fixed across time, as
+    ``dmft.simulate`` does (default None: the paths' own ``(z, y)`` with a fresh field per step,
+    ``paths`` samples). The test error is a low-dimensional average given ``(M^t, C_θ(t,t), a^t)``,
+    so more test samples are cheap (``O(test_samples·m)`` per step against the solve's
+    ``O(paths·t·m³)``) and cut its Monte Carlo error where the loss is heavy-tailed
+    (docs/dmft.md, "Test error estimator").
     """
     hard = problem.teacher.hard_coordinates()
     save_at = tuple(sorted(int(t) for t in save_samples_at))
@@ -533,11 +554,12 @@ def solve(
     # the jitter is passed as a static argument (read now, not at trace time), so changing
     # CHOL_JITTER between calls recompiles instead of silently reusing the cached program
     jit_ = _jitter(chol_jitter)
-    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, jit_)
+    nt = _test_samples(test_samples)
+    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, jit_, nt)
     setting = dict(
         delta=_maybe_float(delta), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
         antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
-        field_factor="block-cholesky", chol_jitter=jit_,
+        field_factor="block-cholesky", chol_jitter=jit_, **_test_setting(nt),
     )
     return _checked(dataclasses.replace(traj, setting=setting), throw)
 
@@ -622,7 +644,7 @@ def raise_if_failed(traj: Trajectory):
 
 
 def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, save_samples_at=(), throw=True,
-                chol_jitter: float = None):
+                chol_jitter: float = None, test_samples: int = None):
     """δ sweep with common random numbers: one compilation, ``vmap`` over ``deltas``
     (and over ``lr`` if it has the same leading length). Results have a leading δ axis."""
     hard = problem.teacher.hard_coordinates()
@@ -635,12 +657,13 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
     # (len(deltas), steps) schedule); a plain scalar or a (steps,) schedule is shared.
     lr_axis = 0 if (lr_arr.ndim == 2 or (lr_arr.ndim == 1 and lr_arr.shape != (steps,))) else None
     jit_ = _jitter(chol_jitter)  # static, read now (see solve)
-    fn = jax.vmap(lambda d, e: _solve_core(problem, d, e, key, int(steps), int(paths), hard, save_at, jit_),
+    nt = _test_samples(test_samples)
+    fn = jax.vmap(lambda d, e: _solve_core(problem, d, e, key, int(steps), int(paths), hard, save_at, jit_, nt),
                   in_axes=(0, lr_axis))
     traj = fn(deltas, lr_arr)
     setting = dict(deltas=np.asarray(deltas).tolist(), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
                    antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
-                   common_random_numbers=True, field_factor="block-cholesky", chol_jitter=jit_)
+                   common_random_numbers=True, field_factor="block-cholesky", chol_jitter=jit_, **_test_setting(nt))
     return _checked(dataclasses.replace(traj, setting=setting), throw)
 
 
@@ -655,6 +678,23 @@ def _jitter(chol_jitter):
     if not (0.0 <= j <= 1e-2):
         raise DMFTError(f"chol_jitter must be in [0, 1e-2] (relative to tr C_θ(t,t)/m; default 1e-13); got {j!r}.")
     return j
+
+
+def _test_samples(n):
+    """``test_samples`` checked: None (the default estimator) or a positive int (static)."""
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ProblemError(f"test_samples must be None (default: the paths' own z with fresh fields) or an int >= 1; "
+                           f"got {n!r}.")
+    return int(n)
+
+
+def _test_setting(nt):
+    """The setting's record of the test-error estimator (absent for the default, as before it existed)."""
+    if nt is None:
+        return {}
+    return dict(test_samples=nt, test_estimator="own test set fixed across time (z, eps, xi), as dmft.simulate")
 
 
 def _maybe_float(x):

@@ -185,3 +185,29 @@ def test_factor_residual_is_the_jitter_and_breakdowns_are_reported():
     assert S._factor_breakdowns(bad_sw)[0] is None and S._factor_breakdowns(bad_sw)[1][0] == 5
     with pytest.warns(RuntimeWarning, match=r"sweep point 1\): from step 5"):
         S.warn_if_unfaithful(bad_sw)
+
+
+def test_test_samples_estimator_matches_the_closed_form():
+    """``test_samples``: the test error on a test set of its own (fixed across time, as dmft.simulate's).
+    Linear student, square loss, y = z + 0.3 ε: given the solve's own M^t and C_θ(t,t) the test error is
+    ((1 − M^t)² + 0.09 + C_θ(t,t))/2 exactly; ℓ = s² χ²₁/2 there, so the estimate's Monte Carlo s.e. is
+    s²/√(2N) and 4 s.e. is the tolerance. The training side is untouched (bit-identical train error), the
+    default estimator is unchanged and unrecorded, and the sweep takes the option too."""
+    prob = dmft.Problem(
+        teacher=dmft.Teacher(link=lambda z, e: z[0] + 0.3 * e[0], k=1, noise_dim=1),
+        student=dmft.TwoLayer(activation=lambda r: r, width=1, second_layer=jnp.ones(1)),
+        loss=dmft.square_loss, ridge=0.1,
+        init=dmft.Init(q0=jnp.array([[0.5]]), overlap=jnp.array([[0.2]])),
+    )
+    N = 200_000
+    base = dmft.solve(prob, 2.0, 0.2, 10, 1024, jax.random.key(3))
+    tr = dmft.solve(prob, 2.0, 0.2, 10, 1024, jax.random.key(3), test_samples=N)
+    np.testing.assert_array_equal(tr.train_error, base.train_error)
+    assert "test_samples" not in base.setting and tr.setting["test_samples"] == N
+    s2 = (1 - np.asarray(tr.overlap)[:, 0, 0]) ** 2 + 0.09 + np.asarray(tr.C_theta)[np.arange(11), np.arange(11), 0, 0]
+    err = np.abs(np.asarray(tr.test_error) - s2 / 2)
+    assert np.all(err < 4 * s2 / np.sqrt(2 * N)), (err, s2 / np.sqrt(2 * N))
+    sw = dmft.solve_sweep(prob, jnp.array([2.0, 3.0]), 0.2, 10, 1024, jax.random.key(3), test_samples=N)
+    np.testing.assert_allclose(sw.test_error[0], tr.test_error, rtol=1e-12)
+    with pytest.raises(dmft.ProblemError, match="test_samples"):
+        dmft.solve(prob, 2.0, 0.2, 10, 1024, jax.random.key(3), test_samples=0)
