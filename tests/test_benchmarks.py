@@ -788,6 +788,41 @@ def test_committed_window_plateau_paths_is_consistent():
         assert np.asarray(gd[str(d)]["cos_final"]).shape == (len(S["grid"]), S["seeds"])
 
 
+def test_committed_window_plateau_long_is_consistent():
+    """bench_window_plateau_long: each block's rows follow from its stored per-key DMFT final hard cos and per-seed
+    GD final cos (window_plateau's rule with the not-at-plateau and broken-factor labels), and the setting is the
+    common one plus the block's sizes. With chol_jitter 1e-8 every key of both blocks kept a faithful field factor
+    (residual = the jitter; the 1e-13 run broke at step 595). δ = 3 (32 768 paths): every key escaped from
+    M⁰_hard = ε and sits on its plateau, so its row is a real comparison. δ = 4 (600 steps): one key is still
+    rising, so the row is labelled and does not count as agreement."""
+    from benchmarks.bench_window_plateau_long import accuracy_rows, blocks
+
+    res = _load("window_plateau_long")
+    S, data = res["setting"], res["data"]
+    assert S["blocks"] == blocks(quick=False) and S["grid"] == [g for b in S["blocks"] for g in b["grid"]]
+    common = {k: v for k, v in S.items() if k not in ("blocks", "blocks_note", "grid")}
+    rows = []
+    for b, Sb, D in zip(S["blocks"], data["settings"], data["blocks"]):
+        assert Sb == dict(common, **b)
+        rows += accuracy_rows(Sb, D["theory"], D["gd"])
+        cos = np.asarray(D["theory"]["cos_final"])
+        assert cos.shape == (b["keys"], 1)
+        for d in Sb["ds"]:
+            assert np.asarray(D["gd"][str(d)]["cos_final"]).shape == (1, Sb["seeds"])
+    assert_same_json(rows, res["accuracy"])
+    th3 = data["blocks"][0]["theory"]
+    assert np.all(np.asarray(th3["cos_final"]) > 2 * S["eps"])
+    assert np.all(np.abs(np.asarray(th3["cos_change_last_quarter"])) < S["plateau_change_max"])
+    for D in data["blocks"]:
+        th = D["theory"]
+        assert all(bk is None for key in th["factor_breakdown"] for bk in key)
+        np.testing.assert_allclose(th["factor_residual_final"], S["chol_jitter"], rtol=1e-6)
+    chg4 = np.abs(np.asarray(data["blocks"][1]["theory"]["cos_change_last_quarter"]))
+    assert np.any(chg4 > S["plateau_change_max"])
+    (row4,) = [r for r in res["accuracy"] if "δ=4:" in r["quantity"]]
+    assert "NOT at its plateau" in row4["quantity"] and not row4["agree"]
+
+
 def test_window_plateau_rows_reject_a_broken_field_factor():
     """bench_window_plateau.accuracy_rows: a key whose field factor broke before its last step (stored
     ``factor_breakdown``) makes the plateau row 'not compared', even where the numbers agree; the note says
