@@ -21,6 +21,18 @@ def sample_data(problem: Problem, key, d: int, n: int, dtype=jnp.float64):
     return X, y
 
 
+def fixed_test_set(problem: Problem, key, samples: int, dtype=jnp.float64):
+    """A test set in the projected space, fixed across time (common random numbers): ``z`` (samples, k) and
+    ``ξ`` (samples, m) standard normal, labels ``y`` (samples,). The test inputs' fields are
+    ``r = M^tᵀ z + F ξ`` with ``F Fᵀ`` the orthogonal part's Gram (``W_⊥ᵀW_⊥`` at finite d, ``C_θ(t,t)`` in the
+    DMFT): the exact law of ``Wᵀx`` for a fresh ``x``. Shared by ``dmft.simulate`` and ``dmft.solve(test_samples=)``."""
+    ktz, kte, ktx = jax.random.split(key, 3)
+    zt = jax.random.normal(ktz, (samples, problem.k), dtype)
+    yt = problem.teacher.labels(zt, problem.teacher.sample_noise(kte, (samples,)).astype(dtype))
+    xit = jax.random.normal(ktx, (samples, problem.m), dtype)
+    return zt, yt, xit
+
+
 def init_weights(problem: Problem, key, d: int, random_overlap: bool = False, dtype=jnp.float64):
     """``W^0 = Θ* M^0 + W_⊥^0``, rows of ``√d W_⊥^0`` i.i.d. ``N(0, Q_0)`` (shape (d, m)).
 

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .data import init_weights, sample_data
+from .data import init_weights, sample_data, fixed_test_set
 from .problem import Problem, ProblemError, check_finite_maps, sample_grad, sample_grad_a
 from .solve import _lr_schedule
 
@@ -89,10 +89,7 @@ def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_sample
     lam, lam_a = problem.ridge.astype(dtype), problem.ridge_second.astype(dtype)
 
     # fresh test inputs: (z, ξ) standard normal, fixed across time (common random numbers)
-    ktz, kte, ktx = jax.random.split(kt, 3)
-    zt = jax.random.normal(ktz, (test_samples, k), dtype)
-    yt = problem.teacher.labels(zt, problem.teacher.sample_noise(kte, (test_samples,)).astype(dtype))
-    xit = jax.random.normal(ktx, (test_samples, m), dtype)
+    zt, yt, xit = fixed_test_set(problem, kt, test_samples, dtype)
 
     grad_r = jax.vmap(lambda yy, rr, aa: sample_grad(problem, yy, rr, aa), in_axes=(0, 0, None))
     grad_a = jax.vmap(lambda yy, rr, aa: sample_grad_a(problem, yy, rr, aa), in_axes=(0, 0, None))

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .data import fixed_test_set
 from .problem import Problem, ProblemError, Tracer, check_finite_maps
 from .prox import per_sample_maps
 from .small_linalg import eigvalsh_small
@@ -257,12 +258,8 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
     kxi, kf, zf, epsf, yf, expand = _antithetic_inputs(problem, key, paths, hard, dt)
 
     if test_samples is not None:
-        # a test set of its own, fixed across time (common random numbers), as dmft.simulate's:
-        # (z, ε) fresh, ξ ~ N(0, I_m), r = M^tᵀ z + F ξ with F Fᵀ = C_θ(t,t)
-        ktz, kte, ktx = jax.random.split(jax.random.fold_in(key, TEST_SET_FOLD), 3)
-        zt = jax.random.normal(ktz, (test_samples, k), dt)
-        yt = problem.teacher.labels(zt, problem.teacher.sample_noise(kte, (test_samples,)).astype(dt))
-        xit = jax.random.normal(ktx, (test_samples, m), dt)
+        # a test set of its own, fixed across time, dmft.simulate's: r = M^tᵀ z + F ξ with F Fᵀ = C_θ(t,t)
+        zt, yt, xit = fixed_test_set(problem, jax.random.fold_in(key, TEST_SET_FOLD), test_samples, dt)
 
     def gmean(x):  # exact-symmetric mean over paths of x (paths, ...)
         return _group_mean(x.reshape((G, Nb) + x.shape[1:]), n_hard)
