@@ -29,8 +29,10 @@ Measured (standard, 2026-12-02, CPU, 2086 s: 16384 paths, 2 keys, GD 4 seeds, η
 δ*_d = 2.96 ± 0.19, 3.76 ± 0.19, 4.23 ± 0.05; δ*_n(t·η = 4.8) = 4.22 ± 0.10, 4.53 ± 0.07, 4.59 (one
 key: the other has no root below δ = 5) against 4.04 ± 0.16, 4.39 ± 0.24, 4.50 ± 0.14. Both rise with
 d (the log n correction; the strict limit has no threshold at all). Edges: 11 of 12 rows within
-3 s.e.; the slope per unit log d at t·η = 2.4 is −0.029 ± 0.007 (theory) vs −0.076 ± 0.008 (GD):
-the finite-d edge descends faster than the truncated law's. The δ*_d s.e. is the bootstrap over
+3 s.e.; the slope per unit log d at t·η = 2.4 is −0.029 ± 0.007 (theory) vs −0.076 ± 0.008 (GD).
+That slope row is Monte Carlo error on both sides (2 keys at paths/n = 5.5–22; 4 GD seeds, whose
+sample spread understates a seed sd of 0.06–0.09): ``finite_n_edge`` (4 keys × 131 072 paths, 16 GD
+seeds, d = 250–2000) measures −0.052 ± 0.003 vs −0.049 ± 0.013. The δ*_d s.e. is the bootstrap over
 seeds only; the linear interpolation on a grid of spacing 0.5–1 adds an unquantified part.
 """
 

@@ -16,8 +16,8 @@ compilation in 1432 s of summed benchmark wall time in that run); one process,
 ``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
 with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
 worker processes, see ``run_parallel``), ``standard``
-(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~13.9 h
-in one process, the sum of the committed runs' walls, 38 benchmarks from 27 s to 107 min (2026-12-05): rerun them
+(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~14.4 h
+in one process, the sum of the committed runs' walls, 39 benchmarks from 27 s to 107 min (2026-12-05): rerun them
 one at a time with ``--only``) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
 
@@ -419,7 +419,7 @@ def main(argv=None):
     g = r.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="reduced sizes, ~11 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
-    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~13.9 h in all on 2 cores; use --only)")
+    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~14.4 h in all on 2 cores; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
     r.add_argument("--outdir", type=pathlib.Path, default=None)
     r.add_argument("--jobs", type=int, default=None,

@@ -195,6 +195,21 @@ def test_committed_finite_n_dmft_state_hard_weight():
         assert np.mean(pdd["cosine2"]) <= wb.mean() + 1e-12
 
 
+def test_committed_finite_n_edge_is_consistent():
+    """finite_n_edge: the rows are the ones rebuilt from the stored edges, the law resolves the
+    1/n tail (paths ≥ 20 n at the largest d), and the shapes match the setting."""
+    from benchmarks.bench_finite_n_edge import accuracy_rows, settings
+
+    res = _load("finite_n_edge")
+    S, data = res["setting"], res["data"]
+    assert {k: S[k] for k in settings("standard")} == settings("standard")
+    assert S["paths"] >= 20 * S["delta"] * max(S["ds"])
+    th, gd = np.asarray(data["theory"]), np.asarray(data["simulation"])
+    assert th.shape == (S["keys"], len(S["ds"])) and gd.shape == (len(S["ds"]), S["seeds"])
+    assert all(np.asarray(v).shape == (S["ladder_keys"], len(S["ds"])) for v in data["paths_ladder"].values())
+    assert accuracy_rows(data, S) == res["accuracy"]
+
+
 def test_committed_first_phase_reproduces():
     """One committed end-of-first-phase point (quadratic m=4, d=200, δ=6: a clear hard outlier) is
     recomputed with the benchmark's own setting and key: the hard weight below the constrained edge
