@@ -1,7 +1,8 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two workers: 655 s
-with 38 benchmarks on 2026-12-05, 519 s of XLA backend compilation in 1257 s of summed benchmark wall,
+Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two workers: 683 s
+with 39 benchmarks on 2026-12-05 in the afternoon, 541 s of XLA backend compilation in 1304 s of summed
+benchmark wall; 655 s with 38 earlier the same day, 519 s of XLA backend compilation in 1257 s of summed benchmark wall,
 after ``main`` started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``); without the flag the
 same day 806 s, 643 s of compilation in 1323 s (before it:
 1022 s with 31 benchmarks on 2026-12-04 on a 2-core AMD EPYC VM on which most benchmarks ran 10–60% slower
