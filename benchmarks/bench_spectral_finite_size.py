@@ -188,13 +188,13 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         acc.append(_row(f"{tag}: bulk edge of the truncated law vs second smallest eigenvalue (3% + 3 s.e.)",
                         edge_th, _se(the), np.mean(lam2), _se(lam2), d, Dm["seeds"],
                         0.03 * abs(edge_th) + 3 * np.hypot(_se(the), _se(lam2))))
-    ds_m = np.array(Dm["ds"], float)
-    for q, key_th, key_sim in (("eigenvalue", "theory_eigenvalue", "eigenvalue"), ("cosine2", "theory_cosine2", "cosine2"),
-                               ("hard_weight_below_edge", "theory_cosine2", "hard_weight_below_edge")):
-        dev = np.array([np.mean(dm["per_d"][str(int(d))][key_sim]) - np.mean(dm["per_d"][str(int(d))][key_th]) for d in ds_m])
-        se = np.array([np.hypot(_se(dm["per_d"][str(int(d))][key_sim]), _se(dm["per_d"][str(int(d))][key_th])) for d in ds_m])
-        dm.setdefault("deviation", {})[q] = dict(value=dev.tolist(), in_se=(dev / se).tolist(),
-                                                 fitted_exponent=_power_fit(ds_m, dev, se))
+    dm["deviation"] = {}
+    per = [dm["per_d"][str(d)] for d in Dm["ds"]]
+    for q, key_th in (("eigenvalue", "theory_eigenvalue"), ("cosine2", "theory_cosine2"),
+                      ("hard_weight_below_edge", "theory_cosine2")):
+        dev = np.array([np.mean(p[q]) - np.mean(p[key_th]) for p in per])
+        se = np.array([np.hypot(_se(p[q]), _se(p[key_th])) for p in per])
+        dm["deviation"][q] = dict(value=dev.tolist(), in_se=(dev / se).tolist(), fitted_exponent=_power_fit(Dm["ds"], dev, se))
     data["dmft_state"] = dm
 
     res = dict(setting=S, accuracy=acc, performance=perf, data=data, figure="spectral_finite_size.png")
