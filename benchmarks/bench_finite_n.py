@@ -32,7 +32,10 @@ d (the log n correction; the strict limit has no threshold at all). Edges: 11 of
 3 s.e.; the slope per unit log d at t·η = 2.4 is −0.029 ± 0.007 (theory) vs −0.076 ± 0.008 (GD).
 That slope row is Monte Carlo error on both sides (2 keys at paths/n = 5.5–22; 4 GD seeds, whose
 sample spread understates a seed sd of 0.06–0.09): ``finite_n_edge`` (4 keys × 131 072 paths, 16 GD
-seeds, d = 250–2000) measures −0.052 ± 0.003 vs −0.049 ± 0.013. The δ*_d s.e. is the bootstrap over
+seeds, d = 250–2000) measures −0.052 ± 0.003 vs −0.049 ± 0.013. The δ*_n column is biased low at these
+path counts: ``finite_n_threshold`` (t·η = 2.4, 4 keys × 131 072 paths, paths/n ≥ 26, 16 GD seeds) gives
+δ*_n = 4.10 ± 0.07 / 4.57 ± 0.09 at d = 500 / 1000 (here 3.79 / 3.93) against δ*_d = 3.78 ± 0.15 /
+4.44 ± 0.12; the disagreeing d = 1000 cell agrees there (0.9 combined s.e.). The δ*_d s.e. is the bootstrap over
 seeds only; the linear interpolation on a grid of spacing 0.5–1 adds an unquantified part.
 """
 

@@ -118,8 +118,6 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
     margin = _ext_eig(A_matrix(S_cut, cut, law, delta), side, branch)
     exists = (sgn * margin < 0) & (st_e == SUCCESS)
     m = law.m
-    S_far0 = jnp.linalg.inv(jnp.tensordot(law.weights, law.D, axes=(0, 0)) - far * jnp.eye(m))
-    S_far, _, _, _, _ = _real_point(law, far, delta, S_far0, side, tol, max_steps, damping, solver)
 
     # bisection on μ_ext(A(λ)) between far (sign +) and edge (sign −); the real S(λ) is
     # warm-started from the bracket end nearest in λ (both ends are on the physical branch)
@@ -134,7 +132,16 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
         b, Sb = jnp.where(go_far, b, mid), jnp.where(go_far, Sb, S)
         return (a, b, Sa, Sb, it + its), None
 
-    (a, b, Sa, Sb, its), _ = jax.lax.scan(body, (far, cut, S_far, S_cut, its_e), None, length=bisections)
+    def locate(_):
+        S_far0 = jnp.linalg.inv(jnp.tensordot(law.weights, law.D, axes=(0, 0)) - far * jnp.eye(m))
+        S_far, _, _, _, _ = _real_point(law, far, delta, S_far0, side, tol, max_steps, damping, solver)
+        return jax.lax.scan(body, (far, cut, S_far, S_cut, its_e), None, length=bisections)[0]
+
+    # no root beyond the cut (margin of the wrong sign): the bisection would only be discarded. Skip it
+    # (a real branch in ``outlier``; under ``all_outliers``' vmap over branches a select, as before).
+    # The reported numbers are unchanged; a NO_OUTLIER result's iterations are then the edge search's
+    # and its residual that of the real solution at the cut (the final solve below starts there).
+    a, b, Sa, Sb, its = jax.lax.cond(exists, locate, lambda _: (cut, cut, S_cut, S_cut, its_e), None)
     lam0 = 0.5 * (a + b)
     S0, _, res, _, ok = _real_point(law, lam0, delta, Sa, side, tol, max_steps, damping, solver)
     A = A_matrix(S0, lam0, law, delta)

@@ -210,6 +210,43 @@ def test_committed_finite_n_edge_is_consistent():
     assert accuracy_rows(data, S) == res["accuracy"]
 
 
+def test_finite_n_threshold_jackknife_closed_form():
+    """δ*_n of the key-mean margin and its jackknife s.e.: for margins linear in δ (m_j = c_j − δ) the
+    root is mean(c) and the jackknife s.e. is exactly the s.e. of that mean; a leave-one-out curve
+    without a sign change gives a nan s.e., not a small one."""
+    from benchmarks.bench_finite_n_threshold import threshold_from_margins
+
+    grid = [3.0, 3.5, 4.0, 4.5, 5.0]
+    c = np.array([4.1, 4.3, 3.9, 4.6, 4.2])
+    root, se = threshold_from_margins(grid, c[:, None] - np.asarray(grid)[None])
+    assert root == pytest.approx(c.mean(), abs=1e-12)
+    assert se == pytest.approx(c.std(ddof=1) / np.sqrt(c.size), rel=1e-10)
+    c2 = np.array([4.1, 4.3, 3.9, 20.0])            # one key far above: the mean curve has no root on the grid
+    root2, se2 = threshold_from_margins(grid, c2[:, None] - np.asarray(grid)[None])
+    assert np.isnan(root2) and np.isnan(se2)
+    c3 = np.array([3.0, 5.5, 5.5, 5.5])             # the mean has a root (4.875); without key 0 the curve has none
+    root3, se3 = threshold_from_margins(grid, c3[:, None] - np.asarray(grid)[None])
+    assert root3 == pytest.approx(c3.mean(), abs=1e-12) and np.isnan(se3)
+
+
+def test_committed_finite_n_threshold_is_consistent():
+    """finite_n_threshold: the summary (δ*_n of the key-mean margin with its jackknife s.e., the GD
+    crossings with their bootstrap s.e.) and the rows are the ones rebuilt from the stored margins and
+    hard weights, the law resolves the 1/n tail at every (δ, d) (paths ≥ 20 n), and shapes match."""
+    from benchmarks.bench_finite_n_threshold import accuracy_rows, settings, summary
+
+    res = _load("finite_n_threshold")
+    S, data = res["setting"], res["data"]
+    assert {k: S[k] for k in settings("standard")} == json.loads(json.dumps(settings("standard")))
+    assert S["paths"] >= 20 * max(S["grid"]) * max(S["ds"])
+    K, nd, ng = S["keys"], len(S["ds"]), len(S["grid"])
+    for name in ("margin", "edge", "outlier", "cosine2"):
+        assert np.asarray(data["theory"][name]).shape == (K, nd, ng)
+    assert np.asarray(data["simulation"]["hard_weight_below_edge"]).shape == (nd, ng, S["seeds"])
+    assert_same_json(summary(data, S), data["summary"])
+    assert_same_json(accuracy_rows(data, S), res["accuracy"])
+
+
 def test_committed_first_phase_reproduces():
     """One committed end-of-first-phase point (quadratic m=4, d=200, δ=6: a clear hard outlier) is
     recomputed with the benchmark's own setting and key: the hard weight below the constrained edge

@@ -31,8 +31,10 @@ def test_all_outliers_against_dense_eigh_and_branch_zero_is_outlier():
     law = _law(0)
     res = spectral.all_outliers(law, DELTA, "bottom")
     one = spectral.outlier(law, DELTA, "bottom")
-    # branch 0 is outlier()'s result, to the bit
-    assert float(res.eigenvalue[0]) == float(one.eigenvalue) and float(res.cosine2[0]) == float(one.cosine2)
+    # branch 0 is outlier()'s result, to rounding (the skipped no-outlier bisection is a branch in
+    # outlier() and a select under all_outliers' vmap: two XLA programs, measured 1 ulp apart)
+    assert float(res.eigenvalue[0]) == pytest.approx(float(one.eigenvalue), rel=1e-13, abs=0)
+    assert float(res.cosine2[0]) == pytest.approx(float(one.cosine2), rel=1e-13, abs=0)
     assert res.eigenvalue.shape == (2,) and bool(jnp.all(res.exists)) and int(res.exists.sum()) == 2
     lam, c2 = np.asarray(res.eigenvalue), np.asarray(res.cosine2)
     assert lam[0] < lam[1] < float(res.edge[0])
@@ -79,3 +81,22 @@ def test_all_outliers_counts_one_spike_and_reports_unbounded_sides():
         spectral.all_outliers(unb, DELTA, "bottom")
     with pytest.raises(spectral.SpectralError, match="zeta"):
         spectral.all_outliers(spectral.law_from_samples(D, unbounded=()), DELTA, "bottom")
+
+
+def test_no_outlier_skips_the_location_bisection():
+    """With ζ = ±1 independent of D (ζ² = 1), A(λ) = E[B] − λ = S(λ)^{-1} (THEORY §2), positive definite below the
+    bulk: no bottom outlier, and the margin is the smallest eigenvalue of S_edge^{-1} (closed form from
+    the edge solve). The bisection that would locate a root is skipped: the call costs the edge search
+    alone, and the reported residual is that of the real solution at the edge."""
+    k1, k2 = jax.random.split(jax.random.key(3))
+    A = jax.random.normal(k1, (4000, 2, 2))
+    D = jnp.tanh(A + jnp.swapaxes(A, 1, 2))
+    law = spectral.law_from_samples(D, zeta=jax.random.rademacher(k2, (4000,), dtype=float), unbounded=())
+    res = spectral.outlier(law, 4.0, "bottom", throw=False)
+    edge = spectral.bulk_edge(law, 4.0, "bottom")
+    assert int(res.status) == spectral.NO_OUTLIER and not bool(res.exists)
+    assert float(res.edge) == float(edge.edge)
+    mu = float(jnp.linalg.eigvalsh(jnp.linalg.inv(edge.S))[0])
+    assert mu > 0 and float(res.margin) == pytest.approx(mu, rel=1e-9)
+    assert int(res.iterations) == int(edge.iterations) and float(res.residual) <= 1e-12
+    assert np.isnan(float(res.eigenvalue)) and float(res.cosine2) == 0.0
