@@ -64,7 +64,7 @@ def settings(mode: str) -> dict:
                         f"(float64, dense); δ*_d = seed-mean weight crosses {LEVEL}",
              keys_note="DMFT key j: fold_in(key(key), j), one δ sweep per key; GD at d: fold_in(key(sim_key), d) for every δ")
     if mode == "quick":
-        S.update(grid=[3.0, 4.0, 5.0], paths=4096, keys=2, ds=[100, 200], seeds=3)
+        S.update(grid=[3.0, 4.0, 5.0], paths=2048, keys=2, ds=[200], seeds=2)
     if mode == "full":
         S.update(grid=[3.0, 3.5, 4.0, 4.5, 5.0], paths=524_288, keys=8, ds=[500, 1000, 2000], seeds=32)
     return S

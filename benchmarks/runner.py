@@ -1,24 +1,20 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two workers: 683 s
-with 39 benchmarks on 2026-12-05 in the afternoon, 541 s of XLA backend compilation in 1304 s of summed
-benchmark wall; 655 s with 38 earlier the same day, 519 s of XLA backend compilation in 1257 s of summed benchmark wall,
-after ``main`` started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``); without the flag the
-same day 806 s, 643 s of compilation in 1323 s (before it:
-1022 s with 31 benchmarks on 2026-12-04 on a 2-core AMD EPYC VM on which most benchmarks ran 10–60% slower
-than the day before, compilation included, and every result differs from the day before's at ~1e-7–1e-9
-relative, also in code untouched that day: another host CPU (the two new benchmarks add ~110 s of summed
-wall); 735 s with 29 on
-2026-12-03 (778 s in the previous run: timing noise), 860 s before the outlier-solve speed-up of session
-20; every JSON records its compilation time (``compile``; 756 s of XLA backend
-compilation in 1432 s of summed benchmark wall time in that run); one process,
-``--jobs 1``, 1100 s with 25 benchmarks; compilation is most of what is left: e.g. 49 s of 98 s of
-``design`` alone (183 programs), 55 of 100 s of ``dmft``, 391 programs in ``flows``); written to
-``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line
-with a compilation cache private to the run, see ``_process_compile_cache``, and by default two
-worker processes, see ``run_parallel``), ``standard``
-(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~14.4 h
-in one process, the sum of the committed runs' walls, 39 benchmarks from 27 s to 107 min (2026-12-05): rerun them
+Three sizes (``MODES``): ``quick`` (~12 min for the whole suite on a 2-core CPU with two worker
+processes: 703 s with 40 benchmarks on 2026-12-05 in the evening, 587 s of XLA backend compilation in
+1378 s of summed benchmark wall; ``finite_n_threshold``'s quick sizes were trimmed after that run, 58 s
+inside the suite → 22 s alone; written to ``benchmarks/results/quick/`` so it never overwrites the
+committed numbers; from the command line with a compilation cache private to the run, see
+``_process_compile_cache``, and by default two worker processes, see ``run_parallel``). History on
+this machine type: 683 s with 39 the same afternoon; 655 s with 38 earlier that day, after ``main``
+started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``; 806 s without it the
+same day); 1022 s with 31 on 2026-12-04 (a host on which most benchmarks ran 10–60% slower, compilation
+included); 735 s with 29 on 2026-12-03; 860 s before the outlier-solve speed-up of session 20; 1100 s
+with 25 in one process (``--jobs 1``). Every JSON records its compilation time (``compile``);
+compilation is most of what is left (e.g. 49 s of 98 s of ``design`` alone, 183 programs; 55 of 100 s
+of ``dmft``; 391 programs in ``flows``). ``standard``
+(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~15.7 h
+in one process, the sum of the committed runs' walls, 40 benchmarks from 27 s to 107 min (2026-12-05): rerun them
 one at a time with ``--only``) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
 
@@ -420,7 +416,7 @@ def main(argv=None):
     g = r.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="reduced sizes, ~11 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
-    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~14.4 h in all on 2 cores; use --only)")
+    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~15.7 h in all on 2 cores; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
     r.add_argument("--outdir", type=pathlib.Path, default=None)
     r.add_argument("--jobs", type=int, default=None,
