@@ -94,6 +94,23 @@ def _row(q, th, th_se, sim, sim_se, d, seeds, k=3.0):
                 d=int(d), seeds=int(seeds), tolerance=tol, agree=ok)
 
 
+def gd_first_phase_spectra(P, S, d: int, delta: float, times) -> np.ndarray:
+    """GD on the first-phase manifold (``freeze_hard=True``) at dimension d, ``S["seeds"]`` seeds with key
+    ``fold_in(key(S["sim_key"]), d)`` (common to every δ), and at each saved step of ``times`` the
+    bottom of the float64 dense W-Hessian (``spectral.hard_outlier_at_state``, ``S["k"]`` eigenpairs):
+    (constrained edge, smallest eigenvalue, hard weight below the constrained edge), shape (3, times, seeds)."""
+    res = dmft.simulate(P, d=d, delta=delta, lr=S["lr"], steps=S["steps"], seeds=S["seeds"],
+                        key=jax.random.fold_in(jax.random.key(S["sim_key"]), d), freeze_hard=True,
+                        save_weights_at=tuple(times), test_samples=256)
+    out = np.full((3, len(times), S["seeds"]), np.nan)
+    for s in range(S["seeds"]):
+        X, y = simulation_data(P, res, s)
+        for j in range(len(times)):
+            o = spectral.hard_outlier_at_state(P, X, y, res.W_at[s, j], res.a_at[s, j], k=S["k"], theory=False)
+            out[:, j, s] = o.constrained_edge, o.eigenvalues[0], o.hard_weight_below_edge
+    return out
+
+
 def finite_n_key(P, S, kk, perf):
     """One Monte Carlo key: the DMFT δ sweep (key fold_in(key(S["key"]), kk)) with samples at
     ``S["times"]``, then per d of ``S["ds"]`` the finite-n margins (n = δd) on the grid and δ*_n(t)
@@ -180,14 +197,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         ev0, hw = ce.copy(), ce.copy()
         for i, dv in enumerate(S["grid"]):
             t0 = time.perf_counter()
-            res = dmft.simulate(P, d=d, delta=dv, lr=S["lr"], steps=S["steps"], seeds=S["seeds"],
-                                key=jax.random.fold_in(jax.random.key(S["sim_key"]), d), freeze_hard=True,
-                                save_weights_at=times, test_samples=256)
-            for s in range(S["seeds"]):
-                X, y = simulation_data(P, res, s)
-                for j in range(len(times)):
-                    o = spectral.hard_outlier_at_state(P, X, y, res.W_at[s, j], res.a_at[s, j], k=S["k"], theory=False)
-                    ce[j, i, s], ev0[j, i, s], hw[j, i, s] = o.constrained_edge, o.eigenvalues[0], o.hard_weight_below_edge
+            ce[:, i], ev0[:, i], hw[:, i] = gd_first_phase_spectra(P, S, d, dv, times)
             perf.append(dict(what=f"GD d={d} δ={dv}: {S['steps']} steps x {S['seeds']} seeds + dense Hessians at {len(times)} times",
                              value=time.perf_counter() - t0, unit="s", ratio=None, note=jax.default_backend()))
             print(f"   GD d={d} δ={dv}: edge {np.round(ce[:, i].mean(-1), 4)}, hard weight {np.round(hw[:, i].mean(-1), 3)} "

@@ -42,13 +42,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import dmft
-import spectral
 from dmft import activations
-from dmft.simulate import simulation_data
 from spectral.thresholds import _root_on_grid, margins_from_sweep
 
 from .bench_delta_star_trend import problem
-from .bench_finite_n import OUTLIER_OPTIONS, _bootstrap_crossing, _row, _se
+from .bench_finite_n import OUTLIER_OPTIONS, _bootstrap_crossing, _row, _se, gd_first_phase_spectra
 from .bench_first_phase import LEVEL, _crossing
 
 NAME = "finite_n_threshold"
@@ -100,13 +98,8 @@ def gd_weights(P, S, perf) -> dict:
     for a, d in enumerate(S["ds"]):
         for i, dv in enumerate(S["grid"]):
             t0 = time.perf_counter()
-            sim = dmft.simulate(P, d=d, delta=dv, lr=S["lr"], steps=S["steps"], seeds=S["seeds"],
-                                key=jax.random.fold_in(jax.random.key(S["sim_key"]), d), freeze_hard=True,
-                                return_weights=True, test_samples=256)
-            for s in range(S["seeds"]):
-                X, y = simulation_data(P, sim, s)
-                o = spectral.hard_outlier_at_state(P, X, y, sim.W[s], sim.a[s], k=S["k"], theory=False)
-                hw[a, i, s], ce[a, i, s] = o.hard_weight_below_edge, o.constrained_edge
+            out = gd_first_phase_spectra(P, S, d, dv, (S["steps"],))
+            ce[a, i], hw[a, i] = out[0, 0], out[2, 0]
             perf.append(dict(what=f"GD d={d} δ={dv:g}: {S['steps']} steps × {S['seeds']} seeds + dense Hessians",
                              value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
             print(f"   GD d={d} δ={dv:g}: hard weight {hw[a, i].mean():.3f} ± {_se(hw[a, i]):.3f} "
