@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
 from .law import BlockLaw, for_jit
 from .stieltjes import (PROBE_STEPS, _check_delta, _check_probe_steps, _far_point, _f, _real_point, _resolve_convention, _sym,
-                        _edge_core, blocks_B, linearization)
+                        _edge_core, blocks_B, far_start, linearization)
 
 
 def A_matrix(S, lam, law: BlockLaw, delta):
@@ -117,7 +117,6 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
     S_cut = jnp.where(cut == edge, S_edge, S_cut)
     margin = _ext_eig(A_matrix(S_cut, cut, law, delta), side, branch)
     exists = (sgn * margin < 0) & (st_e == SUCCESS)
-    m = law.m
 
     # bisection on μ_ext(A(λ)) between far (sign +) and edge (sign −); the real S(λ) is
     # warm-started from the bracket end nearest in λ (both ends are on the physical branch)
@@ -133,8 +132,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
         return (a, b, Sa, Sb, it + its), None
 
     def locate(_):
-        S_far0 = jnp.linalg.inv(jnp.tensordot(law.weights, law.D, axes=(0, 0)) - far * jnp.eye(m))
-        S_far, _, _, _, _ = _real_point(law, far, delta, S_far0, side, tol, max_steps, damping, solver)
+        S_far, _, _, _, _ = _real_point(law, far, delta, far_start(law, far), side, tol, max_steps, damping, solver)
         return jax.lax.scan(body, (far, cut, S_far, S_cut, its_e), None, length=bisections)[0]
 
     # no root beyond the cut (margin of the wrong sign): the bisection would only be discarded. Skip it

@@ -275,6 +275,11 @@ def _far_point(law, delta, side):
     return far, inside
 
 
+def far_start(law, lam):
+    """Starting S far outside the support: ``(E[D] − λ I)^{-1}`` (the map F at S = 0)."""
+    return jnp.linalg.inv(jnp.tensordot(law.weights, law.D, axes=(0, 0)) - lam * jnp.eye(law.m))
+
+
 def real_stieltjes_path(law, delta, side, lam_target, S_far, lam_far, substeps, tol, max_steps,
                         damping, solver):
     """Continuation in λ from (lam_far, S_far) to lam_target in ``substeps`` steps."""
@@ -329,10 +334,7 @@ def _check_probe_steps(probe_steps):
 
 def _edge_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, probe_steps=PROBE_STEPS):
     far, inside = _far_point(law, delta, side)
-    m = law.m
-    EB0 = jnp.tensordot(law.weights, law.D, axes=(0, 0))
-    S_far0 = jnp.linalg.inv(EB0 - far * jnp.eye(m))
-    S_far, it0, res0, rho0, ok0 = _real_point(law, far, delta, S_far0, side, tol, max_steps, damping, solver)
+    S_far, it0, res0, rho0, ok0 = _real_point(law, far, delta, far_start(law, far), side, tol, max_steps, damping, solver)
 
     def body(carry, _):
         good, bad, S_good, it_tot = carry
