@@ -152,15 +152,19 @@ def accuracy_rows(data, S) -> list:
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
+    return run_setting(settings(mode), NAME, outdir)
+
+
+def run_setting(S: dict, name: str, outdir: pathlib.Path) -> dict:
+    """The benchmark for a setting ``S`` (of ``settings`` or a variant's), JSON and figure named ``name``."""
     jax.config.update("jax_enable_x64", True)
-    S = settings(mode)
     P = problem(activations.get("quadratic"))
     perf = []
     theory = theory_margins(P, S, perf)
     sim = gd_weights(P, S, perf)
     data = dict(theory=theory, simulation=sim)
     data["summary"] = summary(data, S)
-    res = dict(setting=S, accuracy=accuracy_rows(data, S), performance=perf, data=data, figure=f"{NAME}.png")
+    res = dict(setting=S, accuracy=accuracy_rows(data, S), performance=perf, data=data, figure=f"{name}.png")
     replot(res, outdir)
     return res
 
@@ -197,5 +201,5 @@ def replot(res, outdir):
     ax[1].set_title("GD on the first-phase manifold (δ*_n dashed left, δ*_d right)", fontsize=9)
     ax[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(pathlib.Path(outdir) / f"{NAME}.png", dpi=110)
+    fig.savefig(pathlib.Path(outdir) / res["figure"], dpi=110)
     plt.close(fig)

@@ -229,13 +229,18 @@ def test_finite_n_threshold_jackknife_closed_form():
     assert root3 == pytest.approx(c3.mean(), abs=1e-12) and np.isnan(se3)
 
 
-def test_committed_finite_n_threshold_is_consistent():
-    """finite_n_threshold: the summary (δ*_n of the key-mean margin with its jackknife s.e., the GD
-    crossings with their bootstrap s.e.) and the rows are the ones rebuilt from the stored margins and
-    hard weights, the law resolves the 1/n tail at every (δ, d) (paths ≥ 20 n), and shapes match."""
-    from benchmarks.bench_finite_n_threshold import accuracy_rows, settings, summary
+@pytest.mark.parametrize("name", ["finite_n_threshold", "finite_n_threshold_late"])
+def test_committed_finite_n_threshold_is_consistent(name):
+    """finite_n_threshold (t·η = 2.4) and its late-time variant (t·η = 4.8): the summary (δ*_n of the
+    key-mean margin with its jackknife s.e., the GD crossings with their bootstrap s.e.) and the rows
+    are the ones rebuilt from the stored margins and hard weights, the law resolves the 1/n tail at
+    every (δ, d) (paths ≥ 20 n), and shapes match."""
+    import importlib
 
-    res = _load("finite_n_threshold")
+    from benchmarks.bench_finite_n_threshold import accuracy_rows, summary
+
+    settings = importlib.import_module(f"benchmarks.bench_{name}").settings
+    res = _load(name)
     S, data = res["setting"], res["data"]
     assert {k: S[k] for k in settings("standard")} == json.loads(json.dumps(settings("standard")))
     assert S["paths"] >= 20 * max(S["grid"]) * max(S["ds"])
