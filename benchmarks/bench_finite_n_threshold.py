@@ -30,6 +30,7 @@ combined s.e.; both rows agree). ``finite_n``'s 16 384-path values in the same c
 3.93 ± 0.07: at paths/n = 3–9 the truncated law's threshold is biased low by 0.3–0.6, not only noisy.
 Both theory values lie above GD's (jointly +0.22 ± 0.11); GD's constrained edge also lies 0.00–0.04
 below the truncated law's (``finite_n_edge``: the convention predicts the median seed, not the mean).
+``finite_n_threshold_late`` runs this code at t·η = 4.8: both cells agree again and the tendency is absent.
 """
 
 from __future__ import annotations
