@@ -24,6 +24,8 @@ other numbers are in docs/thresholds.md. Hence ``chol_jitter = 1e-8`` on both bl
 advises for t·η ≳ 100. The committed standard run (session 32) took 6398 s on a 2-core CPU (δ = 4 DMFT
 4416 s): δ = 3 agrees at d = 4000 (0.334 ± 0.013 vs 0.329 ± 0.011), every field factor stayed faithful, and at
 δ = 4 one key of four is still escaping at t·η = 300, so that row is labelled (docs/thresholds.md).
+Session 35 continued that key (key 2) to 900 steps in scratch: it settles at 0.159, and the four settled keys
+give 0.277 ± 0.044 against GD's 0.304 ± 0.013 (docs/thresholds.md; not a rerun of this benchmark).
 """
 
 from __future__ import annotations
