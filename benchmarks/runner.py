@@ -1,12 +1,12 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
 Three sizes (``MODES``): ``quick`` (~12 min for the whole suite on a 2-core CPU with two worker
-processes: 703 s with 40 benchmarks on 2026-12-05 in the evening, 587 s of XLA backend compilation in
-1378 s of summed benchmark wall; ``finite_n_threshold``'s quick sizes were trimmed after that run, 58 s
-inside the suite → 22 s alone; written to ``benchmarks/results/quick/`` so it never overwrites the
+processes: 722 s with 41 benchmarks on 2026-12-05 late in the evening, 594 s of XLA backend compilation
+in 1405 s of summed benchmark wall; written to ``benchmarks/results/quick/`` so it never overwrites the
 committed numbers; from the command line with a compilation cache private to the run, see
 ``_process_compile_cache``, and by default two worker processes, see ``run_parallel``). History on
-this machine type: 683 s with 39 the same afternoon; 655 s with 38 earlier that day, after ``main``
+this machine type: 703 s with 40 earlier that evening (``finite_n_threshold``'s quick sizes were trimmed after
+it, 58 s inside the suite → 22 s alone); 683 s with 39 the same afternoon; 655 s with 38 earlier that day, after ``main``
 started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``; 806 s without it the
 same day); 1022 s with 31 on 2026-12-04 (a host on which most benchmarks ran 10–60% slower, compilation
 included); 735 s with 29 on 2026-12-03; 860 s before the outlier-solve speed-up of session 20; 1100 s
@@ -414,7 +414,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="reduced sizes, ~11 min on 2 cores (2 workers); writes results/quick/")
+    g.add_argument("--quick", action="store_true", help="reduced sizes, ~12 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
     g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~17.0 h in all on 2 cores; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
