@@ -31,6 +31,8 @@ combined s.e.; both rows agree). ``finite_n``'s 16 384-path values in the same c
 Both theory values lie above GD's (jointly +0.22 ± 0.11); GD's constrained edge also lies 0.00–0.04
 below the truncated law's (``finite_n_edge``: the convention predicts the median seed, not the mean).
 ``finite_n_threshold_late`` runs this code at t·η = 4.8: both cells agree again and the tendency is absent.
+``finite_n_threshold_d250`` runs it at d = 250 for both times (``times``): 1.6 / 4.0 s.e., and over the six
+cells the theory lies above GD by +0.22 ± 0.05.
 """
 
 from __future__ import annotations
@@ -69,43 +71,55 @@ def settings(mode: str) -> dict:
     return S
 
 
-def theory_margins(P, S, perf) -> dict:
-    """Per key: the DMFT δ sweep and the finite-n margin, edge, outlier and cos² at every (d, δ)."""
-    out = dict(margin=[], edge=[], outlier=[], cosine2=[], notes=[])
+def _times(S) -> tuple:
+    """The steps at which thresholds are measured: ``S["times"]`` if given (a variant measuring several
+    times from one DMFT solve and one GD run per δ), else ``(S["steps"],)``."""
+    return tuple(S.get("times", (S["steps"],)))
+
+
+def theory_margins(P, S, perf) -> list:
+    """Per key: the DMFT δ sweep and the finite-n margin, edge, outlier and cos² at every (d, δ); one
+    dict per time of :func:`_times` (one DMFT solve to ``S["steps"]`` serves them all)."""
+    times = _times(S)
+    outs = [dict(margin=[], edge=[], outlier=[], cosine2=[], notes=[]) for _ in times]
     for j in range(S["keys"]):
         t0 = time.perf_counter()
         traj = dmft.solve_sweep(P, jnp.asarray(S["grid"]), lr=S["lr"], steps=S["steps"], paths=S["paths"],
-                                key=jax.random.fold_in(jax.random.key(S["key"]), j), save_samples_at=(S["steps"],),
+                                key=jax.random.fold_in(jax.random.key(S["key"]), j), save_samples_at=times,
                                 throw=False)
         jax.block_until_ready(traj.train_error)
         t_dmft = time.perf_counter() - t0
-        per = [margins_from_sweep(P, traj, S["grid"], (S["steps"],), convention="finite-n", d=d,
+        per = [margins_from_sweep(P, traj, S["grid"], times, convention="finite-n", d=d,
                                   outlier_options=S["outlier_options"]) for d in S["ds"]]
-        for name, i in (("margin", 0), ("outlier", 1), ("edge", 2), ("cosine2", 3)):
-            out[name].append([np.asarray(p[i])[:, 0].tolist() for p in per])      # (d, δ)
-        out["notes"].append([p[4][:5] for p in per])
+        for b, out in enumerate(outs):
+            for name, i in (("margin", 0), ("outlier", 1), ("edge", 2), ("cosine2", 3)):
+                out[name].append([np.asarray(p[i])[:, b].tolist() for p in per])      # (d, δ)
+            out["notes"].append([[n for n in p[4] if len(times) == 1 or f", t={times[b]}:" in n][:5] for p in per])
         perf.append(dict(what=f"key {j}: DMFT δ sweep ({len(S['grid'])} δ, T={S['steps']}, m=4, {S['paths']} paths) + "
-                              f"finite-n outlier solves at {len(S['ds'])} d × {len(S['grid'])} δ",
+                              f"finite-n outlier solves at {len(S['ds'])} d × {len(S['grid'])} δ × {len(times)} t",
                          value=time.perf_counter() - t0, unit="s", ratio=None,
                          note=f"DMFT {t_dmft:.1f} s (incl. compilation on the first key)"))
-        print(f"   key {j}: margins {np.round(out['margin'][-1], 4).tolist()} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    return out
+        print(f"   key {j}: margins {[np.round(o['margin'][-1], 4).tolist() for o in outs]} "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    return outs
 
 
-def gd_weights(P, S, perf) -> dict:
-    """Hard weight below the constrained edge and the constrained edge per (d, δ, seed)."""
-    hw = np.full((len(S["ds"]), len(S["grid"]), S["seeds"]), np.nan)
+def gd_weights(P, S, perf) -> list:
+    """Hard weight below the constrained edge and the constrained edge per (d, δ, seed); one dict per
+    time of :func:`_times` (one GD run per (d, δ) serves them all)."""
+    times = _times(S)
+    hw = np.full((len(times), len(S["ds"]), len(S["grid"]), S["seeds"]), np.nan)
     ce = hw.copy()
     for a, d in enumerate(S["ds"]):
         for i, dv in enumerate(S["grid"]):
             t0 = time.perf_counter()
-            out = gd_first_phase_spectra(P, S, d, dv, (S["steps"],))
-            ce[a, i], hw[a, i] = out[0, 0], out[2, 0]
-            perf.append(dict(what=f"GD d={d} δ={dv:g}: {S['steps']} steps × {S['seeds']} seeds + dense Hessians",
-                             value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
-            print(f"   GD d={d} δ={dv:g}: hard weight {hw[a, i].mean():.3f} ± {_se(hw[a, i]):.3f} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
-    return dict(hard_weight_below_edge=hw.tolist(), constrained_edge=ce.tolist())
+            out = gd_first_phase_spectra(P, S, d, dv, times)
+            ce[:, a, i], hw[:, a, i] = out[0], out[2]
+            perf.append(dict(what=f"GD d={d} δ={dv:g}: {S['steps']} steps × {S['seeds']} seeds + dense Hessians at "
+                                  f"{len(times)} t", value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
+            print(f"   GD d={d} δ={dv:g}: hard weight {np.round(hw[:, a, i].mean(-1), 3).tolist()} ± "
+                  f"{[round(_se(h), 3) for h in hw[:, a, i]]} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return [dict(hard_weight_below_edge=hw[b].tolist(), constrained_edge=ce[b].tolist()) for b in range(len(times))]
 
 
 def threshold_from_margins(grid, margins) -> tuple:
@@ -122,14 +136,16 @@ def threshold_from_margins(grid, margins) -> tuple:
 
 
 def summary(data, S) -> dict:
-    """Per d: δ*_n (key-mean margin, jackknife s.e.), the per-key roots, δ*_d (bootstrap s.e.)."""
+    """Per d: δ*_n (key-mean margin, jackknife s.e.), the per-key roots, δ*_d (bootstrap s.e.). A
+    threshold below the grid is nan on both sides (no sign change / weight above the level at the first δ)."""
     out = {}
     margin = np.asarray(data["theory"]["margin"])                 # (keys, d, δ)
     hw = np.asarray(data["simulation"]["hard_weight_below_edge"])  # (d, δ, seeds)
     for a, d in enumerate(S["ds"]):
         root, se = threshold_from_margins(S["grid"], margin[:, a])
         per_key = [_root_on_grid(np.asarray(S["grid"]), margin[j, a])[0] for j in range(margin.shape[0])]
-        cr = _crossing(S["grid"], hw[a].mean(-1))
+        w = hw[a].mean(-1)
+        cr = _crossing(S["grid"], w) if w[0] < LEVEL else float("nan")   # above LEVEL at the grid's start: δ*_d below the grid
         cse, lost = _bootstrap_crossing(S["grid"], hw[a])
         out[str(d)] = dict(delta_star_n=root, delta_star_n_stderr=se, per_key_roots=per_key,
                            key_mean_margin=margin[:, a].mean(0).tolist(),
@@ -157,17 +173,38 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
 
 
 def run_setting(S: dict, name: str, outdir: pathlib.Path) -> dict:
-    """The benchmark for a setting ``S`` (of ``settings`` or a variant's), JSON and figure named ``name``."""
+    """The benchmark for a setting ``S`` (of ``settings`` or a variant's), JSON and figure named ``name``.
+    With ``S["times"]``, ``data`` holds one record per time, keyed ``"t<steps>"``, each laid out as the
+    single-time ``data`` and summarized with ``S`` at ``steps`` = that time (:func:`at_time`)."""
     jax.config.update("jax_enable_x64", True)
     P = problem(activations.get("quadratic"))
     perf = []
     theory = theory_margins(P, S, perf)
     sim = gd_weights(P, S, perf)
-    data = dict(theory=theory, simulation=sim)
-    data["summary"] = summary(data, S)
-    res = dict(setting=S, accuracy=accuracy_rows(data, S), performance=perf, data=data, figure=f"{name}.png")
+    per_time, rows = {}, []
+    for b, t in enumerate(_times(S)):
+        St = at_time(S, t)
+        data = dict(theory=theory[b], simulation=sim[b])
+        data["summary"] = summary(data, St)
+        per_time[f"t{t}"] = data
+        rows += accuracy_rows(data, St)
+    data = per_time if "times" in S else per_time[f"t{S['steps']}"]
+    res = dict(setting=S, accuracy=rows, performance=perf, data=data, figure=f"{name}.png")
     replot(res, outdir)
     return res
+
+
+def at_time(S: dict, t: int) -> dict:
+    """The setting as seen by :func:`summary` / :func:`accuracy_rows` for the record at step ``t``."""
+    return {**S, "steps": t}
+
+
+def records(res) -> list:
+    """(setting at the time, data record) pairs of a result, one per time."""
+    S = res["setting"]
+    if "times" not in S:
+        return [(S, res["data"])]
+    return [(at_time(S, t), res["data"][f"t{t}"]) for t in S["times"]]
 
 
 def replot(res, outdir):
@@ -176,10 +213,19 @@ def replot(res, outdir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    S, data = res["setting"], res["data"]
+    recs = records(res)
+    fig, axes = plt.subplots(len(recs), 2, figsize=(11, 4 * len(recs)), squeeze=False)
+    for ax, (S, data) in zip(axes, recs):
+        _draw(ax, S, data)
+    fig.tight_layout()
+    fig.savefig(pathlib.Path(outdir) / res["figure"], dpi=110)
+    plt.close(fig)
+
+
+def _draw(ax, S, data):
+    """Left: key-mean finite-n margins (keys dotted); right: GD's seed-mean hard weight; one time."""
     margin = np.asarray(data["theory"]["margin"])
     hw = np.asarray(data["simulation"]["hard_weight_below_edge"])
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
     for a, d in enumerate(S["ds"]):
         s = data["summary"][str(d)]
         l, = ax[0].plot(S["grid"], s["key_mean_margin"], "s-", label=f"d={d}: key-mean finite-n margin ({S['keys']} keys)")
@@ -199,8 +245,6 @@ def replot(res, outdir):
     ax[1].axhline(LEVEL, color="k", lw=0.6)
     ax[1].set_xlabel("δ")
     ax[1].set_ylabel("hard weight below the constrained edge")
-    ax[1].set_title("GD on the first-phase manifold (δ*_n dashed left, δ*_d right)", fontsize=9)
+    ax[1].set_title(f"GD on the first-phase manifold, t·η={S['lr'] * S['steps']:g} (δ*_n dashed left, δ*_d right)",
+                    fontsize=9)
     ax[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(pathlib.Path(outdir) / res["figure"], dpi=110)
-    plt.close(fig)

@@ -16,7 +16,8 @@ Measured (standard, 2026-12-05, CPU, 4836 s: 4 keys × 131 072 paths, paths/n = 
 rows agree). ``finite_n``'s 16 384-path values in the same cells were 4.53 and 4.59: at d = 1000 biased
 low by 0.42 again, at d = 500 within noise. Both thresholds rise by ≈ 0.55 from d = 500 to 1000 (the
 log n correction). The theory-above-GD tendency of t·η = 2.4 (+0.22 ± 0.11) is absent here
-(−0.05 ± 0.14 jointly; +0.09 ± 0.09 over the four cells of both benchmarks).
+(−0.05 ± 0.14 jointly; +0.09 ± 0.09 over the four cells of both benchmarks; with ``finite_n_threshold_d250``'s
+two d = 250 cells, +0.22 ± 0.05 over six).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ included); 735 s with 29 on 2026-12-03; 860 s before the outlier-solve speed-up 
 with 25 in one process (``--jobs 1``). Every JSON records its compilation time (``compile``);
 compilation is most of what is left (e.g. 49 s of 98 s of ``design`` alone, 183 programs; 55 of 100 s
 of ``dmft``; 391 programs in ``flows``). ``standard``
-(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~17.0 h
-in one process, the sum of the committed runs' walls, 41 benchmarks from 27 s to 107 min (2026-12-05): rerun them
+(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~17.6 h
+in one process, the sum of the committed runs' walls, 42 benchmarks from 27 s to 107 min (2026-12-05): rerun them
 one at a time with ``--only``) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
 
@@ -416,7 +416,7 @@ def main(argv=None):
     g = r.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="reduced sizes, ~12 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
-    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~17.0 h in all on 2 cores; use --only)")
+    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~17.6 h in all on 2 cores; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
     r.add_argument("--outdir", type=pathlib.Path, default=None)
     r.add_argument("--jobs", type=int, default=None,

@@ -229,27 +229,46 @@ def test_finite_n_threshold_jackknife_closed_form():
     assert root3 == pytest.approx(c3.mean(), abs=1e-12) and np.isnan(se3)
 
 
-@pytest.mark.parametrize("name", ["finite_n_threshold", "finite_n_threshold_late"])
+def test_finite_n_threshold_gd_crossing_below_grid_is_nan():
+    """GD's δ*_d is nan, not the grid's first δ with a zero s.e., when the seed-mean hard weight is
+    already above the level there (the threshold lies below the grid); an interior crossing is the
+    linear interpolation."""
+    from benchmarks.bench_finite_n_threshold import summary
+
+    S = dict(grid=[2.5, 3.0, 3.5], ds=[250], paths=32768)
+    margin = np.array([[[0.2, 0.1, -0.1]], [[0.3, 0.0, -0.2]]])          # (keys, d, δ)
+    hw = np.array([[[0.30, 0.32], [0.5, 0.6], [0.9, 0.8]]])              # (d, δ, seeds): above 0.25 at δ = 2.5
+    s = summary(dict(theory=dict(margin=margin), simulation=dict(hard_weight_below_edge=hw)), S)["250"]
+    assert np.isnan(s["delta_star_d"]) and s["delta_star_n"] == pytest.approx(3.0 + 0.5 * 0.05 / 0.20)   # key-mean margin 0.25, 0.05, −0.15
+    hw[0, 0] = [0.1, 0.2]                                                # mean 0.15 → crossing at 2.5 + 0.5·0.1/0.4
+    s = summary(dict(theory=dict(margin=margin), simulation=dict(hard_weight_below_edge=hw)), S)["250"]
+    assert s["delta_star_d"] == pytest.approx(2.5 + 0.5 * 0.10 / 0.40)
+
+
+@pytest.mark.parametrize("name", ["finite_n_threshold", "finite_n_threshold_late", "finite_n_threshold_d250"])
 def test_committed_finite_n_threshold_is_consistent(name):
-    """finite_n_threshold (t·η = 2.4) and its late-time variant (t·η = 4.8): the summary (δ*_n of the
-    key-mean margin with its jackknife s.e., the GD crossings with their bootstrap s.e.) and the rows
-    are the ones rebuilt from the stored margins and hard weights, the law resolves the 1/n tail at
-    every (δ, d) (paths ≥ 20 n), and shapes match."""
+    """finite_n_threshold (t·η = 2.4), its late-time variant (t·η = 4.8) and the d = 250 variant (both
+    times from one run): the summary (δ*_n of the key-mean margin with its jackknife s.e., the GD
+    crossings with their bootstrap s.e.) and the rows are the ones rebuilt from the stored margins and
+    hard weights, the law resolves the 1/n tail at every (δ, d) (paths ≥ 20 n), and shapes match."""
     import importlib
 
-    from benchmarks.bench_finite_n_threshold import accuracy_rows, summary
+    from benchmarks.bench_finite_n_threshold import accuracy_rows, records, summary
 
     settings = importlib.import_module(f"benchmarks.bench_{name}").settings
     res = _load(name)
-    S, data = res["setting"], res["data"]
+    S = res["setting"]
     assert {k: S[k] for k in settings("standard")} == json.loads(json.dumps(settings("standard")))
     assert S["paths"] >= 20 * max(S["grid"]) * max(S["ds"])
     K, nd, ng = S["keys"], len(S["ds"]), len(S["grid"])
-    for name in ("margin", "edge", "outlier", "cosine2"):
-        assert np.asarray(data["theory"][name]).shape == (K, nd, ng)
-    assert np.asarray(data["simulation"]["hard_weight_below_edge"]).shape == (nd, ng, S["seeds"])
-    assert_same_json(summary(data, S), data["summary"])
-    assert_same_json(accuracy_rows(data, S), res["accuracy"])
+    rows = []
+    for St, data in records(res):
+        for q in ("margin", "edge", "outlier", "cosine2"):
+            assert np.asarray(data["theory"][q]).shape == (K, nd, ng)
+        assert np.asarray(data["simulation"]["hard_weight_below_edge"]).shape == (nd, ng, S["seeds"])
+        assert_same_json(summary(data, St), data["summary"])
+        rows += accuracy_rows(data, St)
+    assert_same_json(rows, res["accuracy"])
 
 
 def test_committed_first_phase_reproduces():
