@@ -39,7 +39,8 @@ path counts: ``finite_n_threshold`` (t·η = 2.4, 4 keys × 131 072 paths, paths
 does t·η = 4.8 the same way: 4.44 ± 0.07 / 5.01 ± 0.18 (here 4.53 / 4.59) against 4.51 ± 0.13 /
 5.04 ± 0.17. ``finite_n_threshold_d250`` does d = 250 at both times (8 keys × 32 768 paths, 32 GD
 seeds): 3.66 ± 0.06 / 4.10 ± 0.04 against 3.44 ± 0.13 / 3.77 ± 0.07 (t·η = 4.8 disagrees, 4.0 s.e.;
-over the six cells the theory lies above GD by +0.22 ± 0.05, see docs/thresholds.md). The δ*_d s.e.
+over the six cells the theory lies above GD by +0.22 ± 0.05; with ``finite_n_threshold_d500``'s
+repeat of d = 500, +0.17 ± 0.04 over eight, shrinking with d; see docs/thresholds.md). The δ*_d s.e.
 is the bootstrap over seeds only; the linear interpolation on a grid of spacing 0.5–1 adds an
 unquantified part.
 """

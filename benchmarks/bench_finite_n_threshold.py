@@ -71,6 +71,18 @@ def settings(mode: str) -> dict:
     return S
 
 
+def two_times(mode: str, standard: dict, full: dict) -> dict:
+    """Setting of a variant that measures t·η = 2.4 and 4.8 from one run (``times``): ``standard`` and
+    ``full`` override :func:`settings`; the quick sizes are common (d = 100, 2 keys, 2 seeds, steps 6, 12)."""
+    S = settings(mode)
+    S.update(steps=24, times=[12, 24], **standard)
+    if mode == "quick":
+        S.update(steps=12, times=[6, 12], grid=[3.0, 4.0, 5.0], paths=2048, keys=2, ds=[100], seeds=2)
+    if mode == "full":
+        S.update(full)
+    return S
+
+
 def _times(S) -> tuple:
     """The steps at which thresholds are measured: ``S["times"]`` if given (a variant measuring several
     times from one DMFT solve and one GD run per δ), else ``(S["steps"],)``."""
