@@ -34,7 +34,7 @@ That slope row is Monte Carlo error on both sides (2 keys at paths/n = 5.5–22;
 sample spread understates a seed sd of 0.06–0.09): ``finite_n_edge`` (4 keys × 131 072 paths, 16 GD
 seeds, d = 250–2000) measures −0.052 ± 0.003 vs −0.049 ± 0.013. The δ*_n column is biased low at these
 path counts: ``finite_n_threshold`` (t·η = 2.4, 4 keys × 131 072 paths, paths/n ≥ 26, 16 GD seeds) gives
-δ*_n = 4.10 ± 0.07 / 4.57 ± 0.09 at d = 500 / 1000 (here 3.79 / 3.93) against δ*_d = 3.78 ± 0.15 /
+δ*_n = 4.10 ± 0.07 / 4.57 ± 0.09 at d = 500 / 1000 (here 3.79 / 3.93) against δ*_d = 3.78 ± 0.14 /
 4.44 ± 0.12; the disagreeing d = 1000 cell agrees there (0.9 combined s.e.). ``finite_n_threshold_late``
 does t·η = 4.8 the same way: 4.44 ± 0.07 / 5.01 ± 0.18 (here 4.53 / 4.59) against 4.51 ± 0.13 /
 5.04 ± 0.17. ``finite_n_threshold_d250`` does d = 250 at both times (8 keys × 32 768 paths, 32 GD

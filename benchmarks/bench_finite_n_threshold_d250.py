@@ -14,7 +14,7 @@ Measured (standard, 2026-12-05, CPU, 2050 s: 8 keys × 32 768 paths, paths/n = 2
 32 GD seeds, 17–22 s per δ): at t·η = 2.4 δ*_n = 3.66 ± 0.06 against δ*_d = 3.44 ± 0.13 (1.6 combined
 s.e., agrees); at t·η = 4.8 δ*_n = 4.10 ± 0.04 against δ*_d = 3.77 ± 0.07 (4.0 s.e., **disagrees**).
 ``finite_n``'s values in these cells were 3.52 / 4.22 (theory) and 2.96 / 4.04 (GD, 4 seeds). With the
-four d = 500 / 1000 cells, theory − GD is +0.22 ± 0.05 (weighted mean of six cells, χ² = 7.6 on 5
+four d = 500 / 1000 cells, theory − GD is +0.22 ± 0.05 (weighted mean of six cells, χ² = 7.7 on 5
 degrees of freedom): the margin criterion lies above GD's hard-weight criterion, by 0.31 ± 0.07 at
 d = 250, 0.10 ± 0.11 at 500 and 0.09 ± 0.13 at 1000 — largest at the smallest d, as a finite-d
 effect would be (at d = 250 GD's weight below its edge reaches 0.25 before the truncated law has an

@@ -11,7 +11,7 @@ earlier runs (DMFT root 17, GD key 9), 8 keys × 65 536 paths (paths/n ≥ 23) a
 Measured (standard, 2026-12-06, CPU, 4566 s: 405–471 s a key, 168–191 s of GD per δ): δ*_n = 4.12 ± 0.06 /
 4.57 ± 0.02 at t·η = 2.4 / 4.8 against δ*_d = 3.91 ± 0.08 / 4.52 ± 0.07 (2.1 / 0.6 combined s.e.; both
 agree). The earlier d = 500 cells (other keys) were 4.10 / 4.44 against 3.78 / 4.51. Over all eight
-cells of the four benchmarks theory − GD = +0.17 ± 0.04 (χ² = 10.9 on 7): 0.31 ± 0.07 at d = 250,
+cells of the four benchmarks theory − GD = +0.17 ± 0.04 (χ² = 11.0 on 7): 0.31 ± 0.07 at d = 250,
 0.11 ± 0.05 at 500 (four cells), 0.09 ± 0.13 at 1000; a fit a + b·log(d/500) gives b = −0.20 ± 0.10.
 The offset shrinks with d at 2 s.e., as a finite-d effect of GD's criterion would; docs/thresholds.md.
 """

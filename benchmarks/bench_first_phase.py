@@ -38,11 +38,15 @@ LEVEL = 0.25  # hard_weight_below_edge level that defines the finite-d δ*_d
 
 
 def _crossing(grid, w, level=LEVEL):
-    """First δ where the seed-mean weight crosses ``level`` upwards (linear interpolation); nan if never."""
+    """First δ where the seed-mean weight crosses ``level`` upwards (linear interpolation); nan if never,
+    and nan if the weight is already at the level at the grid's first δ (the crossing lies below the
+    grid: not a measurement, so not the first δ with a zero spread)."""
+    if w[0] >= level:
+        return float("nan")
     for i in range(1, len(grid)):
         if w[i - 1] < level <= w[i]:
             return float(grid[i - 1] + (level - w[i - 1]) * (grid[i] - grid[i - 1]) / (w[i] - w[i - 1]))
-    return float(grid[0]) if w[0] >= level else float("nan")
+    return float("nan")
 
 
 def accuracy_rows(rows) -> list:
