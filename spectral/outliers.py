@@ -48,7 +48,7 @@ import jax.numpy as jnp
 
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
 from .law import BlockLaw, for_jit
-from .stieltjes import (PROBE_STEPS, _check_delta, _check_probe_steps, _far_point, _f, _real_point, _resolve_convention, _sym,
+from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_probe_steps, _far_point, _f, _real_point, _resolve_convention, _sym,
                         _edge_core, blocks_B, far_start, linearization)
 
 
@@ -104,9 +104,9 @@ def _ext_eig(A, side, branch=0):
 
 
 def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level,
-                  probe_steps=PROBE_STEPS, branch=0):
+                  probe_steps=PROBE_STEPS, branch=0, probe_patience=PROBE_PATIENCE):
     edge, S_edge, rho, br, its_e, res_e, st_e = _edge_core(law, delta, side, tol, max_steps, damping,
-                                                           solver, bisections, substeps, probe_steps)
+                                                           solver, bisections, substeps, probe_steps, probe_patience)
     far, _ = _far_point(law, delta, side)
     sgn = jnp.where(side == 0, 1.0, -1.0)          # sgn·μ(A) > 0 far outside, decreasing toward the edge
     # the outlier is sought beyond ``cut`` = the edge or ``level``, whichever is farther out
@@ -156,11 +156,11 @@ _outlier_core_jit = eqx.filter_jit(_outlier_core)
 
 
 def _all_outliers_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level, probe_steps,
-                       branches):
+                       branches, probe_patience=PROBE_PATIENCE):
     """``_outlier_core`` for every eigenvalue branch of A at once (vmap over ``branches``; the edge
     solve does not depend on the branch, so it is computed once)."""
     return jax.vmap(lambda b: _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps,
-                                            level, probe_steps, b))(branches)
+                                            level, probe_steps, b, probe_patience))(branches)
 
 
 _all_outliers_core_jit = eqx.filter_jit(_all_outliers_core)
@@ -168,7 +168,7 @@ _all_outliers_core_jit = eqx.filter_jit(_all_outliers_core)
 
 def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
             damping=0.5, solver="newton", bisections=44, substeps=2, level=None, probe_steps=PROBE_STEPS,
-            throw=True) -> OutlierResult:
+            probe_patience=PROBE_PATIENCE, throw=True) -> OutlierResult:
     """Outlier of the limiting Hessian spectrum along the hard subspace on ``side`` and the
     squared cosine of its eigenvector with that subspace. ``law.zeta`` must hold the hard
     coordinates. No outlier is a valid answer (``exists=False``, status NO_OUTLIER), not an
@@ -178,14 +178,15 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
     ``level=-ridge`` for a *negative* eigenvalue of ``H + ridge·I`` (THEORY §2's δ*(t)
     criterion). The margin is then ``μ_ext(A(cut))`` at ``cut = min(edge, level)`` (max for
     "top"): still continuous in δ and negative iff such an outlier exists. Default: the edge.
-    :func:`all_outliers` gives every outlier on the side (this one is its branch 0)."""
+    :func:`all_outliers` gives every outlier on the side (this one is its branch 0).
+    ``probe_steps``, ``probe_patience``: the edge search's (:func:`spectral.bulk_edge`)."""
     return _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
-                     probe_steps, throw, every_branch=False)
+                     probe_steps, throw, every_branch=False, probe_patience=probe_patience)
 
 
 def all_outliers(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
                  damping=0.5, solver="newton", bisections=44, substeps=2, level=None, probe_steps=PROBE_STEPS,
-                 throw=True) -> OutlierResult:
+                 probe_patience=PROBE_PATIENCE, throw=True) -> OutlierResult:
     """Every outlier on ``side`` along the hard subspace, one per eigenvalue branch of ``A``.
 
     ``A(λ)`` is (h m)×(h m) and each of its eigenvalues decreases strictly in λ outside the
@@ -204,23 +205,24 @@ def all_outliers(law: BlockLaw, delta, side="bottom", *, convention=None, n=None
     the bulk first; ``exists.sum()`` is the number of outliers. Arguments as in :func:`outlier`.
     """
     return _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
-                     probe_steps, throw, every_branch=True)
+                     probe_steps, throw, every_branch=True, probe_patience=probe_patience)
 
 
 def _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
-              probe_steps, throw, every_branch):
+              probe_steps, throw, every_branch, probe_patience=PROBE_PATIENCE):
     what = "all_outliers" if every_branch else "outlier"
     if law.zeta is None:
         raise SpectralError(f"{what} needs the hard coordinates: build the law with zeta=... (the "
                             "coordinates of x along the hard directions, e.g. z[:, hard]).")
     _check_delta(delta)
-    _check_probe_steps(probe_steps)
+    _check_probe_steps(probe_steps, probe_patience)
     law_used, conv = _resolve_convention(law, side, convention, n, what)
     s = 0 if side == "bottom" else 1
     hm = law.zeta.shape[1] * law.m
     setting = dict(law=law_used.source, m=law.m, hard_dims=int(law.zeta.shape[1]), samples=law_used.size,
                    delta=_f(delta), side=side, solver=solver, bisections=bisections, max_steps=max_steps,
-                   probe_steps=min(probe_steps, max_steps), level=None if level is None else _f(level),
+                   probe_steps=min(probe_steps, max_steps), probe_patience=probe_patience,
+                   level=None if level is None else _f(level),
                    convention="strict" if conv == "strict-unbounded" else conv)
     if every_branch:
         setting["branches"] = hm
@@ -237,7 +239,8 @@ def _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, 
     lev = (jnp.inf if s == 0 else -jnp.inf) if level is None else level
     args = (for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver, bisections,
             substeps, jnp.asarray(lev, float), probe_steps)
-    out = _all_outliers_core_jit(*args, jnp.arange(hm)) if every_branch else _outlier_core_jit(*args)
+    out = (_all_outliers_core_jit(*args, jnp.arange(hm), probe_patience) if every_branch
+           else _outlier_core_jit(*args, 0, probe_patience))
     res = OutlierResult(*out, side=side, convention=conv, setting=setting)
     check_status(res.status, f"{what}(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))
     return res
