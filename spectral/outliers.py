@@ -48,24 +48,29 @@ import jax.numpy as jnp
 
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
 from .law import BlockLaw, for_jit
-from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_probe_steps, _far_point, _f, _real_point, _resolve_convention, _sym,
-                        _edge_core, blocks_B, far_start, linearization)
+from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_probe_steps, _far_point, _f, _real_point_B,
+                        _resolve_convention, _sym, _edge_core_B, _linearization_from_B, blocks_B, far_start)
 
 
 def A_matrix(S, lam, law: BlockLaw, delta):
     """``A(λ)_{ab} = E[ζ_a ζ_b D (I + S D/δ)^{-1}] − λ δ_ab I`` as an (h m)×(h m) matrix."""
+    return _A_from_B(blocks_B(S, law.D, delta), lam, law)
+
+
+def _A_from_B(B, lam, law: BlockLaw):
+    """:func:`A_matrix` given the blocks ``B = B(S)`` (``spectral.stieltjes.blocks_B``)."""
     m, h = law.m, law.zeta.shape[1]
-    B = blocks_B(S, law.D, delta)
     A = jnp.einsum("n,na,nb,nij->aibj", law.weights, law.zeta, law.zeta, B).reshape(h * m, h * m)
     return _sym(A) - lam * jnp.eye(h * m)
 
 
-def A_derivative(S, lam, law: BlockLaw, delta):
-    """``A'(λ) = −I − (1/δ) E[ζ_a ζ_b B S' B]`` with ``S' = (I − L)^{-1} vec(S²)``."""
+def A_derivative(S, lam, law: BlockLaw, delta, B=None):
+    """``A'(λ) = −I − (1/δ) E[ζ_a ζ_b B S' B]`` with ``S' = (I − L)^{-1} vec(S²)`` (``B``: the
+    blocks B(S) if known)."""
     m, h = law.m, law.zeta.shape[1]
-    L = linearization(S, law, delta)
+    B = blocks_B(S, law.D, delta) if B is None else B
+    L = _linearization_from_B(S, B, law, delta)
     Sp = jnp.linalg.solve(jnp.eye(m * m) - L, (S @ S).reshape(-1)).reshape(m, m)   # dS/dλ
-    B = blocks_B(S, law.D, delta)
     BSB = jnp.einsum("nij,jk,nkl->nil", B, _sym(Sp), B)
     Ap = -jnp.einsum("n,na,nb,nij->aibj", law.weights, law.zeta, law.zeta, BSB).reshape(h * m, h * m) / delta
     return _sym(Ap) - jnp.eye(h * m), Sp
@@ -105,47 +110,54 @@ def _ext_eig(A, side, branch=0):
 
 def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level,
                   probe_steps=PROBE_STEPS, branch=0, probe_patience=PROBE_PATIENCE):
-    edge, S_edge, rho, br, its_e, res_e, st_e = _edge_core(law, delta, side, tol, max_steps, damping,
-                                                           solver, bisections, substeps, probe_steps, probe_patience)
+    # every solve below is warm-started with its start's blocks B(S) (they do not depend on λ), and A(λ)
+    # is formed from the blocks of the solution: no per-sample solve is repeated
+    edge, S_edge, rho, br, its_e, res_e, st_e, B_edge = _edge_core_B(law, delta, side, tol, max_steps, damping,
+                                                                     solver, bisections, substeps, probe_steps,
+                                                                     probe_patience)
     far, _ = _far_point(law, delta, side)
     sgn = jnp.where(side == 0, 1.0, -1.0)          # sgn·μ(A) > 0 far outside, decreasing toward the edge
     # the outlier is sought beyond ``cut`` = the edge or ``level``, whichever is farther out
     # (level = −ridge asks for a negative eigenvalue of the Hessian including the ridge)
     cut = jnp.where(side == 0, jnp.minimum(edge, level), jnp.maximum(edge, level))
     far = jnp.where(side == 0, jnp.minimum(far, cut - jnp.abs(edge - far)), jnp.maximum(far, cut + jnp.abs(edge - far)))
-    S_cut, _, _, _, _ = _real_point(law, cut, delta, S_edge, side, tol, max_steps, damping, solver)
+    S_cut, _, _, _, _, B_cut = _real_point_B(law, cut, delta, S_edge, side, tol, max_steps, damping, solver, None, B_edge)
     S_cut = jnp.where(cut == edge, S_edge, S_cut)
-    margin = _ext_eig(A_matrix(S_cut, cut, law, delta), side, branch)
+    B_cut = jnp.where(cut == edge, B_edge, B_cut)
+    margin = _ext_eig(_A_from_B(B_cut, cut, law), side, branch)
     exists = (sgn * margin < 0) & (st_e == SUCCESS)
 
     # bisection on μ_ext(A(λ)) between far (sign +) and edge (sign −); the real S(λ) is
     # warm-started from the bracket end nearest in λ (both ends are on the physical branch)
     def body(carry, _):
-        a, b, Sa, Sb, it = carry                    # a: far side, b: edge side
+        a, b, Sa, Sb, Ba, Bb, it = carry            # a: far side, b: edge side
         mid = 0.5 * (a + b)
-        S0 = jnp.where(jnp.abs(mid - a) < jnp.abs(mid - b), Sa, Sb)
-        S, its, res, _, ok = _real_point(law, mid, delta, S0, side, tol, max_steps, damping, solver)
-        f = sgn * _ext_eig(A_matrix(S, mid, law, delta), side, branch)
+        near_a = jnp.abs(mid - a) < jnp.abs(mid - b)
+        S0, B0 = jnp.where(near_a, Sa, Sb), jnp.where(near_a, Ba, Bb)
+        S, its, res, _, ok, B = _real_point_B(law, mid, delta, S0, side, tol, max_steps, damping, solver, None, B0)
+        f = sgn * _ext_eig(_A_from_B(B, mid, law), side, branch)
         go_far = f > 0
-        a, Sa = jnp.where(go_far, mid, a), jnp.where(go_far, S, Sa)
-        b, Sb = jnp.where(go_far, b, mid), jnp.where(go_far, Sb, S)
-        return (a, b, Sa, Sb, it + its), None
+        a, Sa, Ba = jnp.where(go_far, mid, a), jnp.where(go_far, S, Sa), jnp.where(go_far, B, Ba)
+        b, Sb, Bb = jnp.where(go_far, b, mid), jnp.where(go_far, Sb, S), jnp.where(go_far, Bb, B)
+        return (a, b, Sa, Sb, Ba, Bb, it + its), None
 
     def locate(_):
-        S_far, _, _, _, _ = _real_point(law, far, delta, far_start(law, far), side, tol, max_steps, damping, solver)
-        return jax.lax.scan(body, (far, cut, S_far, S_cut, its_e), None, length=bisections)[0]
+        S_far, _, _, _, _, B_far = _real_point_B(law, far, delta, far_start(law, far), side, tol, max_steps, damping,
+                                                 solver)
+        return jax.lax.scan(body, (far, cut, S_far, S_cut, B_far, B_cut, its_e), None, length=bisections)[0]
 
     # no root beyond the cut (margin of the wrong sign): the bisection would only be discarded. Skip it
     # (a real branch in ``outlier``; under ``all_outliers``' vmap over branches a select, as before).
     # The reported numbers are unchanged; a NO_OUTLIER result's iterations are then the edge search's
     # and its residual that of the real solution at the cut (the final solve below starts there).
-    a, b, Sa, Sb, its = jax.lax.cond(exists, locate, lambda _: (cut, cut, S_cut, S_cut, its_e), None)
+    a, b, Sa, Sb, Ba, Bb, its = jax.lax.cond(exists, locate, lambda _: (cut, cut, S_cut, S_cut, B_cut, B_cut, its_e),
+                                             None)
     lam0 = 0.5 * (a + b)
-    S0, _, res, _, ok = _real_point(law, lam0, delta, Sa, side, tol, max_steps, damping, solver)
-    A = A_matrix(S0, lam0, law, delta)
+    S0, _, res, _, ok, B0 = _real_point_B(law, lam0, delta, Sa, side, tol, max_steps, damping, solver, None, Ba)
+    A = _A_from_B(B0, lam0, law)
     ev, V = jnp.linalg.eigh(A)
     bvec = V[:, _branch_index(side, branch, A.shape[0])]
-    Ap, _ = A_derivative(S0, lam0, law, delta)
+    Ap, _ = A_derivative(S0, lam0, law, delta, B0)
     cos2 = -1.0 / (bvec @ Ap @ bvec)               # residue of A(z)^{-1} at λ_0
     status = jnp.where(st_e != SUCCESS, st_e, jnp.where(exists, SUCCESS, NO_OUTLIER))
     return (jnp.where(exists, lam0, jnp.nan), jnp.where(exists, cos2, 0.0), edge, exists,

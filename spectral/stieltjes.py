@@ -89,12 +89,14 @@ def _rel_res(S, F):
 # ------------------------------------------------------------------------------------
 
 
-def _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, branch_ok, patience=None):
+def _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, branch_ok, patience=None, B0=None):
     """Iterate from S0 until the relative residual ``‖S − F(S)‖/‖S‖ < tol``.
     Newton candidate ``S − (I − L)^{-1}(S − F(S))`` accepted when it stays on the physical
     branch within a trust region (‖ΔS‖ ≤ ‖S‖), else a damped step ``(1−α) S + α F(S)``.
     ``patience``: also stop (unconverged) after that many consecutive steps without a new smallest
-    residual (None: only ``tol`` and ``max_steps`` stop it; see ``PROBE_PATIENCE``).
+    residual (None: only ``tol`` and ``max_steps`` stop it; see ``PROBE_PATIENCE``). ``B0``: the blocks
+    ``B(S0)`` if known (they depend on S only, not on λ: a warm start from an earlier solve's S
+    passes that solve's B and saves one per-sample solve).
     Returns (S, iterations, residual, B(S))."""
     m = law.m
     I2 = jnp.eye(m * m, dtype=S0.dtype)
@@ -127,7 +129,7 @@ def _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, branch_ok, p
         stalled = jnp.where(res_new < best, 0, stalled + 1)
         return S_new, F_new, B_new, it + 1, res_new, jnp.minimum(best, res_new), stalled
 
-    B0 = Bmap(S0)
+    B0 = Bmap(S0) if B0 is None else B0
     F0 = _map_from_B(B0, lam, law)
     res0 = _rel_res(S0, F0)
     S, F, B, it, res, _, _ = jax.lax.while_loop(cond, body, (S0, F0, B0, jnp.asarray(0), res0, res0, jnp.asarray(0)))
@@ -259,13 +261,19 @@ def _definite(S, side):
     return jnp.where(side == 0, ev[0] > 0, ev[-1] < 0)
 
 
-def _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver, patience=None):
-    """Real solve at λ outside the support from S0; ok = converged ∧ definite ∧ ρ(L) < 1."""
+def _real_point_B(law, lam, delta, S0, side, tol, max_steps, damping, solver, patience=None, B0=None):
+    """Real solve at λ outside the support from S0 (``B0`` = B(S0) if known); ok = converged ∧
+    definite ∧ ρ(L) < 1. Returns (S, iterations, residual, ρ, ok, B(S))."""
     ok_branch = lambda S: _definite(S, side)
-    S, it, res, B = _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, ok_branch, patience)
+    S, it, res, B = _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, ok_branch, patience, B0)
     rho = _spectral_radius(_linearization_from_B(S, B, law, delta))
     ok = (res <= tol) & _definite(S, side) & (rho < 1.0) & jnp.all(jnp.isfinite(S))
-    return S, it, res, rho, ok
+    return S, it, res, rho, ok, B
+
+
+def _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver, patience=None, B0=None):
+    """:func:`_real_point_B` without the blocks: (S, iterations, residual, ρ, ok)."""
+    return _real_point_B(law, lam, delta, S0, side, tol, max_steps, damping, solver, patience, B0)[:5]
 
 
 def _far_point(law, delta, side):
@@ -290,17 +298,27 @@ def real_stieltjes_path(law, delta, side, lam_target, S_far, lam_far, substeps, 
                         damping, solver, patience=None):
     """Continuation in λ from (lam_far, S_far) to lam_target in ``substeps`` steps. With ``patience``
     (a bisection probe: only ``ok`` matters when a step fails) a stalled solve stops early and the
-    steps after a failed one do not iterate; without it every step runs (bit-identical to before)."""
+    steps after a failed one do not iterate; without it every step runs (bit-identical to before).
+    Returns (S, iterations, residual, ρ, ok) at lam_target."""
+    return _stieltjes_path_B(law, delta, side, lam_target, S_far, lam_far, substeps, tol, max_steps, damping,
+                             solver, patience)[:5]
+
+
+def _stieltjes_path_B(law, delta, side, lam_target, S_far, lam_far, substeps, tol, max_steps, damping, solver,
+                      patience=None, B_far=None):
+    """:func:`real_stieltjes_path` that takes ``B_far`` = B(S_far) if known, carries the blocks from
+    one substep to the next, and also returns B(S)."""
     def step(carry, s):
-        S, it_tot, ok_all = carry
+        S, B, it_tot, ok_all = carry
         l = lam_far + (lam_target - lam_far) * (s + 1) / substeps
         steps = max_steps if patience is None else jnp.where(ok_all, max_steps, 0)
-        S, it, res, rho, ok = _real_point(law, l, delta, S, side, tol, steps, damping, solver, patience)
-        return (S, it_tot + it, ok_all & ok), (res, rho)
+        S, it, res, rho, ok, B = _real_point_B(law, l, delta, S, side, tol, steps, damping, solver, patience, B)
+        return (S, B, it_tot + it, ok_all & ok), (res, rho)
 
-    (S, its, ok), (res, rho) = jax.lax.scan(step, (S_far, jnp.asarray(0), jnp.asarray(True)),
-                                            jnp.arange(substeps))
-    return S, its, res[-1], rho[-1], ok
+    B0 = blocks_B(S_far, law.D, delta) if B_far is None else B_far
+    (S, B, its, ok), (res, rho) = jax.lax.scan(step, (S_far, B0, jnp.asarray(0), jnp.asarray(True)),
+                                               jnp.arange(substeps))
+    return S, its, res[-1], rho[-1], ok, B
 
 
 class EdgeResult(eqx.Module):
@@ -342,7 +360,8 @@ PROBE_STEPS = 20
 # probe succeed). Measured: the same bisection decisions, hence bit-identical edges, S, outliers,
 # cos² and margins, on 192 edges/outliers (PR DMFT laws m = 4 finite-n at d = 250 / 500 / 2000,
 # bounded GeLU / softplus / Huber laws m = 2 on both sides, toy laws m = 1–3); 2.3–2.6× fewer
-# iterations; an ``outlier`` call on a 32 768-sample law 15.7 → 8.4 s (docs/spectral.md).
+# iterations; an ``outlier`` call on a 32 768-sample law 15.7 → 8.4 s, and 6.2 s with the blocks B(S)
+# carried between solves (``_real_point_B``; docs/spectral.md).
 PROBE_PATIENCE = 3
 
 
@@ -359,26 +378,37 @@ def _check_probe_steps(probe_steps, probe_patience=PROBE_PATIENCE):
 
 def _edge_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, probe_steps=PROBE_STEPS,
                probe_patience=PROBE_PATIENCE):
-    far, inside = _far_point(law, delta, side)
-    S_far, it0, res0, rho0, ok0 = _real_point(law, far, delta, far_start(law, far), side, tol, max_steps, damping, solver)
+    """Edge search: (edge, S, ρ, bracket, iterations, residual, status)."""
+    return _edge_core_B(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, probe_steps,
+                        probe_patience)[:7]
 
+
+def _edge_core_B(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, probe_steps=PROBE_STEPS,
+                 probe_patience=PROBE_PATIENCE):
+    """:func:`_edge_core` that also returns the blocks B(S) at the edge."""
+    far, inside = _far_point(law, delta, side)
+    S_far, it0, res0, rho0, ok0, B_far = _real_point_B(law, far, delta, far_start(law, far), side, tol, max_steps,
+                                                       damping, solver)
+
+    # the blocks B(S) ride along with S (they do not depend on λ): no probe recomputes those of its start
     def body(carry, _):
-        good, bad, S_good, it_tot = carry
+        good, bad, S_good, B_good, it_tot = carry
         mid = 0.5 * (good + bad)
-        S, its, res, rho, ok = real_stieltjes_path(law, delta, side, mid, S_good, good, substeps, tol,
-                                                   min(probe_steps, max_steps), damping, solver, probe_patience)
+        S, its, res, rho, ok, B = _stieltjes_path_B(law, delta, side, mid, S_good, good, substeps, tol,
+                                                    min(probe_steps, max_steps), damping, solver, probe_patience, B_good)
         good = jnp.where(ok, mid, good)
         bad = jnp.where(ok, bad, mid)
         S_good = jnp.where(ok, S, S_good)
-        return (good, bad, S_good, it_tot + its), None
+        B_good = jnp.where(ok, B, B_good)
+        return (good, bad, S_good, B_good, it_tot + its), None
 
-    (good, bad, S_good, its), _ = jax.lax.scan(body, (far, inside, S_far, it0), None, length=bisections)
-    res = _rel_res(S_good, fixed_point_map(S_good, good, law, delta))
-    rho = _spectral_radius(linearization(S_good, law, delta))
+    (good, bad, S_good, B_good, its), _ = jax.lax.scan(body, (far, inside, S_far, B_far, it0), None, length=bisections)
+    res = _rel_res(S_good, _map_from_B(B_good, good, law))
+    rho = _spectral_radius(_linearization_from_B(S_good, B_good, law, delta))
     # the inside point must really be inside: if the branch never failed the search is void
     moved = jnp.abs(good - far) > 0
     status = jnp.where(~ok0 | ~moved, NO_EDGE, SUCCESS)
-    return good, S_good, rho, jnp.abs(bad - good), its, res, status
+    return good, S_good, rho, jnp.abs(bad - good), its, res, status, B_good
 
 
 _edge_core_jit = eqx.filter_jit(_edge_core)
