@@ -27,6 +27,31 @@ def _row(q, th, sim, se, d, seeds, tol):
                 d=int(d), seeds=int(seeds), tolerance=float(tol), agree=bool(abs(th - sim) <= tol))
 
 
+def probe_patience_row(call, what, repeats=3):
+    """Time ``call()`` (an edge or outlier solve) with the default ``probe_patience`` against
+    ``probe_patience=None`` (every probe inside the support runs to ``probe_steps``), both compiled
+    first, repeats interleaved; the results must be bit-identical (docs/spectral.md)."""
+    def timed(**kw):
+        t0 = time.perf_counter()
+        r = call(**kw)
+        jax.block_until_ready(r.edge)
+        return time.perf_counter() - t0, r
+    (_, on), (_, off) = timed(), timed(probe_patience=None)          # compile both
+    t_on, t_off = [], []
+    for _ in range(repeats):
+        t_on.append(timed()[0])
+        t_off.append(timed(probe_patience=None)[0])
+    fields = [f for f in ("edge", "S", "eigenvalue", "cosine2", "margin") if hasattr(on, f)]
+    same = all(np.array_equal(np.asarray(getattr(on, f)), np.asarray(getattr(off, f))) for f in fields)
+    if not same:
+        raise AssertionError(f"{what}: probe_patience changed the result ({fields})")
+    return dict(what=f"edge search with probe_patience={on.setting['probe_patience']} vs None: {what} (after compile)",
+                value=float(np.median(t_on)), unit="s", ratio=float(np.median(t_off) / np.median(t_on)),
+                note=(f"ratio = time without / with; median of {repeats} interleaved repeats: {np.median(t_off):.3f} s vs "
+                      f"{np.median(t_on):.3f} s; Newton steps {int(np.sum(off.iterations))} vs {int(np.sum(on.iterations))}; "
+                      f"{', '.join(fields)} bit-identical"))
+
+
 def run(mode: str, outdir: pathlib.Path) -> dict:
     quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     import matplotlib
@@ -115,6 +140,14 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                                                  f"{int(r4.iterations.sum())} iterations total; "
                                                  f"converged {int(r4.converged.sum())}/{nl}; quick mode is reduced from 512 x 1e5 "
                                                  "(~2 us per sample-lambda-iteration on this 2-core CPU, complex128)")))
+
+    # ---- speed: edge-bisection probes that stop when they stall (probe_patience; not in quick mode:
+    # two more compilations for a timing, and the tests check the numbers) ------------------------
+    if not tiny:
+        perf += [probe_patience_row(lambda **kw: spectral.outlier(law, delta, "bottom", **kw),
+                                    f"outlier, m=2 toy law, {N} samples"),
+                 probe_patience_row(lambda **kw: spectral.bulk_edge(law4, 4.0, "bottom", **kw),
+                                    f"bulk_edge, m=4, {Ns} samples")]
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.hist(evs, bins=120, density=True, alpha=0.5, label=f"dense eigh d={d}")
