@@ -33,7 +33,8 @@ below the truncated law's (``finite_n_edge``: the convention predicts the median
 ``finite_n_threshold_late`` runs this code at t·η = 4.8: both cells agree again and the tendency is absent.
 ``finite_n_threshold_d250`` runs it at d = 250 for both times (``times``): 1.6 / 4.0 s.e., and over the six
 cells the theory lies above GD by +0.22 ± 0.05; ``finite_n_threshold_d500`` repeats d = 500 with other keys:
-+0.17 ± 0.04 over eight cells, shrinking with d (0.31 ± 0.07 at d = 250, 0.11 ± 0.05 at 500).
++0.17 ± 0.04 over eight cells, shrinking with d (0.31 ± 0.07 at d = 250, 0.11 ± 0.05 at 500);
+``finite_n_threshold_d1000`` repeats d = 1000: +0.14 ± 0.04 over ten cells, 0.03 ± 0.07 at d = 1000.
 """
 
 from __future__ import annotations

@@ -246,9 +246,9 @@ def test_finite_n_threshold_gd_crossing_below_grid_is_nan():
 
 
 @pytest.mark.parametrize("name", ["finite_n_threshold", "finite_n_threshold_late", "finite_n_threshold_d250",
-                                  "finite_n_threshold_d500"])
+                                  "finite_n_threshold_d500", "finite_n_threshold_d1000"])
 def test_committed_finite_n_threshold_is_consistent(name):
-    """finite_n_threshold (t·η = 2.4), its late-time variant (t·η = 4.8) and the d = 250 / d = 500
+    """finite_n_threshold (t·η = 2.4), its late-time variant (t·η = 4.8) and the d = 250 / 500 / 1000
     variants (both times from one run): the summary (δ*_n of the key-mean margin with its jackknife s.e., the GD
     crossings with their bootstrap s.e.) and the rows are the ones rebuilt from the stored margins and
     hard weights, the law resolves the 1/n tail at every (δ, d) (paths ≥ 20 n), and shapes match."""
