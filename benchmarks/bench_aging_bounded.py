@@ -150,8 +150,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
              steps=120 if quick else 300, times=[20, 40, 80, 120] if quick else [20, 40, 80, 160, 240, 300],
              paths=512 if quick else 2048, repeats=2 if quick else 3, refine=3 if quick else 5, key=0,
              fd_deltas=[2.0, 3.0] if quick else [2.0, 2.5, 3.0], fd_times=[20, 60] if quick else [20, 80, 150],
-             d=300 if quick else 1000, seeds=2 if quick else 4, law_keys=2 if quick else 3,
-             fss_d=[200, 400] if quick else [500, 1000, 2000], fss_delta=3.0,
+             d=200 if quick else 1000, seeds=2 if quick else 4, law_keys=2 if quick else 3,
+             fss_d=[100, 200] if quick else [500, 1000, 2000], fss_delta=3.0,
              lr_note="η = 0.5: at η = 1 this setting sits at the edge of stability (train error flips every step, "
                      "alternation 1.0, relative amplitude 4.5e-3 at δ = 2, in the DMFT and in finite-d GD alike); "
                      "times are steps, t·η = steps × lr",

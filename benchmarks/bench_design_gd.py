@@ -268,7 +268,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     if quick:
         S["alphas"] = [0.0, 0.5]
         S["dmft"].update(paths=512, repeats=2, grid=[1.0, 1.5, 2.0, 2.5, 3.0, 4.0], times=[40])
-        S["gd"].update(d=300, grid=[1.5, 2.5, 3.5], seeds=4, steps=400, candidates=["gelu (α=0)", "designed", EVEN], d_small=100,
+        S["gd"].update(d=200, grid=[1.5, 2.5, 3.5], seeds=4, steps=400, candidates=["gelu (α=0)", "designed", EVEN], d_small=100,
                        seeds_small=8)
     D, G = S["dmft"], S["gd"]
     t0 = time.perf_counter()

@@ -55,7 +55,7 @@ def settings(mode: str) -> dict:
                         "else Lanczos)",
              keys_note="DMFT key j at P paths: fold_in(fold_in(key(key), P), j); GD at d: fold_in(key(sim_key), d)")
     if mode == "quick":
-        S.update(paths=8192, keys=2, paths_ladder=[2048], ladder_keys=2, ds=[100, 200], seeds=3)
+        S.update(paths=4096, keys=2, paths_ladder=[2048], ladder_keys=2, ds=[100, 200], seeds=3)
     if mode == "full":
         S.update(paths=1_048_576, keys=8, paths_ladder=[16_384, 131_072], ladder_keys=4, ds=[250, 500, 1000, 2000, 4000],
                  seeds=32)

@@ -74,7 +74,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     S = dict(lr=0.2, steps=2500, ds=[200, 400, 800], deltas=[2.5, 4.0, 5.0, 6.0], seeds=16, key=0,
              dmft=dict(steps=100, paths=4096), kappa_d=400, kappa_seeds=6, kappa_checkpoints=12)
     if tiny:
-        S.update(steps=1200, ds=[100, 200, 400], deltas=[2.5, 6.0], seeds=4, dmft=dict(steps=50, paths=1024), kappa_d=200,
+        S.update(steps=1200, ds=[100, 200], deltas=[2.5, 6.0], seeds=4, dmft=dict(steps=50, paths=1024), kappa_d=100,
                  kappa_seeds=2, kappa_checkpoints=6)
     if not quick:
         S.update(ds=[400, 800, 1600, 3200], seeds=32, dmft=dict(steps=200, paths=16384), kappa_d=800)

@@ -75,7 +75,7 @@ def settings(mode: str) -> dict:
              convention="strict (D bounded on both sides, D >= -2 phi(0) = -0.798)")])
     for st in S["settings"]:
         if mode == "quick":
-            st.update(paths=10_000, keys=2, ds=[500, 1000], seeds=2, dense_max=1000,
+            st.update(paths=10_000, keys=2, ds=[250, 500], seeds=2, dense_max=500,
                       density=dict(st["density"], grid=st["density"]["grid"][:2] + [141], eps=4e-3))
         if mode == "full":
             st.update(ds=[1000, 2000, 4000, 8000], seeds=8, dense_max=2000)

@@ -68,8 +68,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     S = dict(toy=dict(delta=6.0, law_samples=50_000, keys=6, ds=[1000, 2000, 4000], seeds=4),
              dmft=dict(delta=8.0, lr=0.01, steps=40, paths=800_000, keys=4, ds=[1000, 2000, 4000], seeds=8, lanczos_k=4))
     if tiny:
-        S["toy"].update(law_samples=20_000, keys=3, ds=[500, 1000], seeds=2)
-        S["dmft"].update(paths=100_000, keys=2, ds=[500, 1000], seeds=2)
+        S["toy"].update(law_samples=20_000, keys=3, ds=[250, 500], seeds=2)
+        S["dmft"].update(paths=100_000, keys=2, ds=[250, 500], seeds=2)
     if not quick:
         S["toy"].update(ds=[1000, 2000, 4000, 8000], seeds=8)
         S["dmft"].update(paths=3_200_000, ds=[1000, 2000, 4000, 8000], seeds=16)

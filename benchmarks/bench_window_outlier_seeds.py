@@ -180,10 +180,10 @@ def figure(S, theory, finite_d, outdir, grid=None):
 def run(mode: str, outdir: pathlib.Path) -> dict:
     quick = mode == "quick"
     S = dict(act=ACT, a=list(A), ridge=RIDGE, lr=0.5, delta=4.0, steps=40 if quick else 160,
-             paths=512 if quick else 16384, law_keys=2 if quick else 8, ds=[300] if quick else [1000, 2000, 4000],
+             paths=512 if quick else 16384, law_keys=2 if quick else 8, ds=[200] if quick else [1000, 2000, 4000],
              seeds=4 if quick else 12, chunk=4, key=1, lanczos_max_iters=400, lanczos_tol=1e-8,
              grid=[3.0, 4.0, 6.0, 8.0] if quick else [3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0], grid_steps=40 if quick else 80,
-             fd_grid=[4.0, 6.0, 8.0] if quick else [4.0, 5.0, 6.0, 7.0, 8.0], grid_d=300 if quick else 1000,
+             fd_grid=[4.0, 6.0, 8.0] if quick else [4.0, 5.0, 6.0, 7.0, 8.0], grid_d=200 if quick else 1000,
              target="y = z1 + z2^2 - 1 (z2 hard)", student="GeLU m=2, a=(1, 1) frozen, Q0=I, M0=0",
              loss="Huber width 1", convention="strict (D bounded)", level="auto (outlier of H + λI below min(edge, 0))",
              fd_state="GD with hard rows frozen at M0=0 (freeze_hard), same steps as the DMFT; float64 Hessian incl. "

@@ -1,21 +1,20 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~13 min for the whole suite on a 2-core CPU with two worker
-processes: 722 s with 41 benchmarks on 2026-12-05 late in the evening, 594 s of XLA backend compilation
-in 1405 s of summed benchmark wall; ``finite_n_threshold_d250`` and ``_d500``, added after it, take
-28 s each alone; written to ``benchmarks/results/quick/`` so it never overwrites the committed numbers;
+Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two worker
+processes: 683 s with 44 benchmarks on 2026-12-06, 765 s of XLA compilation in 1319 s of summed
+benchmark wall, after the faster edge search of ``spectral.stieltjes`` and smaller quick sizes in seven
+benchmarks; written to ``benchmarks/results/quick/`` so it never overwrites the committed numbers;
 from the command line with a compilation cache private to the run, see ``_process_compile_cache``,
-and by default two worker processes, see ``run_parallel``). History on
-this machine type: 703 s with 40 earlier that evening (``finite_n_threshold``'s quick sizes were trimmed after
-it, 58 s inside the suite → 22 s alone); 683 s with 39 the same afternoon; 655 s with 38 earlier that day, after ``main``
+and by default two worker processes, see ``run_parallel``). History on this machine type: 722 s with
+41 on 2026-12-05 (703 s with 40, 683 s with 39 the same day; 655 s with 38 earlier that day, after ``main``
 started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``; 806 s without it the
 same day); 1022 s with 31 on 2026-12-04 (a host on which most benchmarks ran 10–60% slower, compilation
 included); 735 s with 29 on 2026-12-03; 860 s before the outlier-solve speed-up of session 20; 1100 s
 with 25 in one process (``--jobs 1``). Every JSON records its compilation time (``compile``);
-compilation is most of what is left (e.g. 49 s of 98 s of ``design`` alone, 183 programs; 55 of 100 s
+compilation is most of what is left (e.g. 43 s of 81 s of ``design`` alone; 45 of 78 s
 of ``dmft``; 391 programs in ``flows``). ``standard``
-(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~18.8 h
-in one process, the sum of the committed runs' walls, 43 benchmarks from 27 s to 107 min (2026-12-06): rerun them
+(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~20.3 h
+in one process, the sum of the committed runs' walls, 44 benchmarks from 27 s to 107 min (2026-12-06): rerun them
 one at a time with ``--only``) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
 
@@ -415,9 +414,9 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="reduced sizes, ~13 min on 2 cores (2 workers); writes results/quick/")
+    g.add_argument("--quick", action="store_true", help="reduced sizes, ~11 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
-    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~18.8 h in all on 2 cores; use --only)")
+    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~20.3 h in all on 2 cores; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
     r.add_argument("--outdir", type=pathlib.Path, default=None)
     r.add_argument("--jobs", type=int, default=None,
