@@ -1,9 +1,9 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
 Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two worker
-processes: 683 s with 44 benchmarks on 2026-12-06, 765 s of XLA compilation in 1319 s of summed
-benchmark wall, after the faster edge search of ``spectral.stieltjes`` and smaller quick sizes in seven
-benchmarks; written to ``benchmarks/results/quick/`` so it never overwrites the committed numbers;
+processes sharing a work queue: 672 s with 44 benchmarks on 2026-12-06, 763 s of XLA compilation in
+1317 s of summed benchmark wall; 683 s the same day with fixed longest-first shares; after the faster edge
+search of ``spectral.stieltjes`` and smaller quick sizes in seven benchmarks; written to ``benchmarks/results/quick/`` so it never overwrites the committed numbers;
 from the command line with a compilation cache private to the run, see ``_process_compile_cache``,
 and by default two worker processes, see ``run_parallel``). History on this machine type: 722 s with
 41 on 2026-12-05 (703 s with 40, 683 s with 39 the same day; 655 s with 38 earlier that day, after ``main``
@@ -343,50 +343,74 @@ def _process_compile_cache():
     return d
 
 
-def schedule(names, jobs: int, outdir: pathlib.Path) -> list:
-    """Longest-processing-time-first partition of ``names`` over ``jobs`` workers, by the wall time
-    recorded in ``outdir`` (60 s where there is none)."""
+def longest_first(names, outdir: pathlib.Path) -> list:
+    """``names`` ordered by the wall time recorded in ``outdir`` (60 s where there is none), longest
+    first: the order of the work queue of :func:`run_parallel`."""
     def cost(n):
         try:
             return float(json.loads((outdir / f"{n}.json").read_text())["wall_s"])
         except Exception:
             return 60.0
-    bins = [[0.0, []] for _ in range(jobs)]
-    for n in sorted(names, key=cost, reverse=True):
-        b = min(bins, key=lambda b: b[0])
-        b[0] += cost(n)
-        b[1].append(n)
-    return [b[1] for b in bins if b[1]]
+    return sorted(names, key=cost, reverse=True)
+
+
+def _pop(queue: pathlib.Path):
+    """The next benchmark name of a work queue file (one name per line), removed from it under an
+    exclusive lock; None when the queue is empty."""
+    import fcntl
+
+    with open(queue, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        names = f.read().split()
+        f.seek(0)
+        f.truncate()
+        f.write("\n".join(names[1:]))
+    return names[0] if names else None
+
+
+def run_queue(queue: pathlib.Path, mode: str, outdir: pathlib.Path | None) -> dict:
+    """A worker of :func:`run_parallel`: run benchmarks taken one at a time from ``queue`` until it
+    is empty (so a worker that finishes early takes the next one, whatever the recorded walls said)."""
+    done = {}
+    while (name := _pop(queue)) is not None:
+        done.update(run([name], mode=mode, outdir=outdir, regenerate=False))
+        _release_compiled()
+    return done
 
 
 def run_parallel(names, mode: str, outdir: pathlib.Path | None, jobs: int) -> int:
-    """``jobs`` worker processes (``python -m benchmarks run --<mode> --only ...``), each running a
-    share of the benchmarks in sequence (:func:`schedule`); one shared compilation cache in a
-    temporary directory removed at the end; RESULTS.md regenerated once all are done. Returns
-    the number of failed workers. Why: a benchmark keeps ~1.4 of 2 cores busy on average (XLA
-    compilation, ~half the quick suite's time, is single-threaded), so two workers use the idle
-    core. Timings inside a benchmark are then contended: ``provenance.concurrent_benchmark_processes``
-    records it."""
+    """``jobs`` worker processes (``python -m benchmarks run --<mode> --queue FILE``) that take the
+    benchmarks one at a time from a shared work queue, longest recorded wall first
+    (:func:`longest_first`, :func:`run_queue`); one shared compilation cache in a temporary directory
+    removed at the end; RESULTS.md regenerated once all are done. Returns the number of failed
+    workers. Why: a benchmark keeps ~1.4 of 2 cores busy on average (XLA compilation, ~60 % of the
+    quick suite's time, is single-threaded), so two workers use the idle core. A queue instead of fixed
+    shares: the recorded walls go stale and move with whichever benchmark shares the cores (fixed
+    longest-first shares left 24 s of 683 s idle on 2026-12-06). Timings inside a benchmark are
+    contended: ``provenance.concurrent_benchmark_processes`` records it."""
     import shutil
     import subprocess
     import tempfile
 
     names, outdir = _checked(names, mode, outdir)
-    shares = schedule(names, jobs, outdir)
+    order = longest_first(names, outdir)
+    workers = max(1, min(jobs, len(order)))
     cache = tempfile.mkdtemp(prefix="deltann_bench_xla_")
-    env = dict(os.environ, **{JOBS_ENV: str(len(shares)), CACHE_ENV: cache})
+    queue = pathlib.Path(tempfile.mkdtemp(prefix="deltann_bench_queue_")) / "queue"
+    queue.write_text("\n".join(order))
+    env = dict(os.environ, **{JOBS_ENV: str(workers), CACHE_ENV: cache})
     env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent)] + [p for p in [env.get("PYTHONPATH")] if p])
     try:
+        print(f"== {workers} workers, queue (longest recorded wall first): {' '.join(order)}", flush=True)
         procs = [subprocess.Popen([sys.executable, "-m", "benchmarks", "run", f"--{mode}", "--no-report", "--jobs", "1",
-                                   "--outdir", str(outdir), *sum((["--only", n] for n in share), [])], env=env)
-                 for share in shares]
-        for i, share in enumerate(shares):
-            print(f"== worker {i}: {' '.join(share)}", flush=True)
+                                   "--outdir", str(outdir), "--queue", str(queue)], env=env)
+                 for _ in range(workers)]
         t0 = time.perf_counter()
         failed = sum(p.wait() != 0 for p in procs)
-        print(f"== {len(names)} benchmarks, {len(shares)} workers: {time.perf_counter() - t0:.1f} s wall", flush=True)
+        print(f"== {len(names)} benchmarks, {workers} workers: {time.perf_counter() - t0:.1f} s wall", flush=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(queue.parent, ignore_errors=True)
     _report(outdir)
     return failed
 
@@ -423,6 +447,8 @@ def main(argv=None):
                    help="concurrent benchmark processes (default: 2 for --quick on >= 2 cores, else 1; "
                         "timings are then contended, recorded in each JSON's provenance)")
     r.add_argument("--no-report", action="store_true", help="do not regenerate RESULTS.md")
+    r.add_argument("--queue", type=pathlib.Path, default=None,
+                   help="(a --jobs worker) run the benchmarks taken one at a time from this work-queue file")
     sub.add_parser("report", help="regenerate RESULTS.md from the JSON files")
     sub.add_parser("list", help="list benchmarks")
     rp = sub.add_parser("replot", help="redraw a benchmark's figure from its JSON (benchmarks that define replot)")
@@ -445,6 +471,9 @@ def main(argv=None):
             sys.exit(run_parallel(a.only, mode, a.outdir, jobs))
         if a.quick:
             _process_compile_cache()
+        if a.queue is not None:
+            run_queue(a.queue, mode, a.outdir)
+            return
         run(a.only, mode=mode, outdir=a.outdir, regenerate=not a.no_report)
 
 

@@ -132,17 +132,18 @@ def test_runner_rejects_bad_mode_and_names(tmp_path):
     assert runner.default_outdir("standard") == runner.RESULTS
 
 
-def test_parallel_schedule_balances_by_recorded_wall_time(tmp_path):
-    """``--jobs``: longest-first partition by the wall time in the last JSON (60 s without one)."""
+def test_parallel_queue_is_longest_first_and_hands_out_each_name_once(tmp_path):
+    """``--jobs``: the work queue is ordered by the wall time in the last JSON (60 s without one),
+    longest first, and each name is taken from it exactly once."""
     import json
 
     for n, w in (("a", 100.0), ("b", 70.0), ("c", 50.0), ("d", 20.0)):
         (tmp_path / f"{n}.json").write_text(json.dumps(dict(wall_s=w)))
-    shares = runner.schedule(["a", "b", "c", "d", "e"], 2, tmp_path)
-    assert sorted(sum(shares, [])) == ["a", "b", "c", "d", "e"]
-    load = lambda sh: sum(dict(a=100, b=70, c=50, d=20, e=60)[n] for n in sh)
-    assert sorted(load(sh) for sh in shares) == [150, 150]        # {a, c} and {b, e, d}
-    assert runner.schedule(["a"], 3, tmp_path) == [["a"]]
+    order = runner.longest_first(["d", "c", "e", "b", "a"], tmp_path)
+    assert order == ["a", "b", "e", "c", "d"]
+    q = tmp_path / "queue"
+    q.write_text("\n".join(order))
+    assert [runner._pop(q) for _ in range(6)] == order + [None]
 
 
 def test_committed_finite_size_outliers():
