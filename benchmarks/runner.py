@@ -3,8 +3,8 @@
 Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two worker
 processes sharing a work queue: 672 s with 44 benchmarks on 2026-12-06, 763 s of XLA compilation in
 1317 s of summed benchmark wall; 683 s the same day with fixed longest-first shares; after the faster edge
-search of ``spectral.stieltjes`` and smaller quick sizes in seven benchmarks; written to ``benchmarks/results/quick/`` so it never overwrites the committed numbers;
-from the command line with a compilation cache private to the run, see ``_process_compile_cache``,
+search of ``spectral.stieltjes`` and smaller quick sizes in seven benchmarks; written to
+``benchmarks/results/quick/`` so it never overwrites the committed numbers; from the command line with a compilation cache private to the run, see ``_process_compile_cache``,
 and by default two worker processes, see ``run_parallel``). History on this machine type: 722 s with
 41 on 2026-12-05 (703 s with 40, 683 s with 39 the same day; 655 s with 38 earlier that day, after ``main``
 started setting ``--xla_cpu_use_fusion_emitters=false`` (``dmft/xla_flags.py``; 806 s without it the

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
 from .law import BlockLaw, for_jit
-from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_probe_steps, _far_point, _f, _real_point_B,
+from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_probe_options, _far_point, _f, _real_point,
                         _resolve_convention, _sym, _edge_core_B, _linearization_from_B, blocks_B, far_start)
 
 
@@ -121,7 +121,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
     # (level = −ridge asks for a negative eigenvalue of the Hessian including the ridge)
     cut = jnp.where(side == 0, jnp.minimum(edge, level), jnp.maximum(edge, level))
     far = jnp.where(side == 0, jnp.minimum(far, cut - jnp.abs(edge - far)), jnp.maximum(far, cut + jnp.abs(edge - far)))
-    S_cut, _, _, _, _, B_cut = _real_point_B(law, cut, delta, S_edge, side, tol, max_steps, damping, solver, None, B_edge)
+    S_cut, _, _, _, _, B_cut = _real_point(law, cut, delta, S_edge, side, tol, max_steps, damping, solver, B0=B_edge)
     S_cut = jnp.where(cut == edge, S_edge, S_cut)
     B_cut = jnp.where(cut == edge, B_edge, B_cut)
     margin = _ext_eig(_A_from_B(B_cut, cut, law), side, branch)
@@ -134,7 +134,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
         mid = 0.5 * (a + b)
         near_a = jnp.abs(mid - a) < jnp.abs(mid - b)
         S0, B0 = jnp.where(near_a, Sa, Sb), jnp.where(near_a, Ba, Bb)
-        S, its, res, _, ok, B = _real_point_B(law, mid, delta, S0, side, tol, max_steps, damping, solver, None, B0)
+        S, its, res, _, ok, B = _real_point(law, mid, delta, S0, side, tol, max_steps, damping, solver, B0=B0)
         f = sgn * _ext_eig(_A_from_B(B, mid, law), side, branch)
         go_far = f > 0
         a, Sa, Ba = jnp.where(go_far, mid, a), jnp.where(go_far, S, Sa), jnp.where(go_far, B, Ba)
@@ -142,7 +142,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
         return (a, b, Sa, Sb, Ba, Bb, it + its), None
 
     def locate(_):
-        S_far, _, _, _, _, B_far = _real_point_B(law, far, delta, far_start(law, far), side, tol, max_steps, damping,
+        S_far, _, _, _, _, B_far = _real_point(law, far, delta, far_start(law, far), side, tol, max_steps, damping,
                                                  solver)
         return jax.lax.scan(body, (far, cut, S_far, S_cut, B_far, B_cut, its_e), None, length=bisections)[0]
 
@@ -153,7 +153,7 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
     a, b, Sa, Sb, Ba, Bb, its = jax.lax.cond(exists, locate, lambda _: (cut, cut, S_cut, S_cut, B_cut, B_cut, its_e),
                                              None)
     lam0 = 0.5 * (a + b)
-    S0, _, res, _, ok, B0 = _real_point_B(law, lam0, delta, Sa, side, tol, max_steps, damping, solver, None, Ba)
+    S0, _, res, _, ok, B0 = _real_point(law, lam0, delta, Sa, side, tol, max_steps, damping, solver, B0=Ba)
     A = _A_from_B(B0, lam0, law)
     ev, V = jnp.linalg.eigh(A)
     bvec = V[:, _branch_index(side, branch, A.shape[0])]
@@ -227,7 +227,7 @@ def _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, 
         raise SpectralError(f"{what} needs the hard coordinates: build the law with zeta=... (the "
                             "coordinates of x along the hard directions, e.g. z[:, hard]).")
     _check_delta(delta)
-    _check_probe_steps(probe_steps, probe_patience)
+    _check_probe_options(probe_steps, probe_patience)
     law_used, conv = _resolve_convention(law, side, convention, n, what)
     s = 0 if side == "bottom" else 1
     hm = law.zeta.shape[1] * law.m

@@ -261,7 +261,7 @@ def _definite(S, side):
     return jnp.where(side == 0, ev[0] > 0, ev[-1] < 0)
 
 
-def _real_point_B(law, lam, delta, S0, side, tol, max_steps, damping, solver, patience=None, B0=None):
+def _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver, patience=None, B0=None):
     """Real solve at λ outside the support from S0 (``B0`` = B(S0) if known); ok = converged ∧
     definite ∧ ρ(L) < 1. Returns (S, iterations, residual, ρ, ok, B(S))."""
     ok_branch = lambda S: _definite(S, side)
@@ -269,11 +269,6 @@ def _real_point_B(law, lam, delta, S0, side, tol, max_steps, damping, solver, pa
     rho = _spectral_radius(_linearization_from_B(S, B, law, delta))
     ok = (res <= tol) & _definite(S, side) & (rho < 1.0) & jnp.all(jnp.isfinite(S))
     return S, it, res, rho, ok, B
-
-
-def _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver, patience=None, B0=None):
-    """:func:`_real_point_B` without the blocks: (S, iterations, residual, ρ, ok)."""
-    return _real_point_B(law, lam, delta, S0, side, tol, max_steps, damping, solver, patience, B0)[:5]
 
 
 def _far_point(law, delta, side):
@@ -312,7 +307,7 @@ def _stieltjes_path_B(law, delta, side, lam_target, S_far, lam_far, substeps, to
         S, B, it_tot, ok_all = carry
         l = lam_far + (lam_target - lam_far) * (s + 1) / substeps
         steps = max_steps if patience is None else jnp.where(ok_all, max_steps, 0)
-        S, it, res, rho, ok, B = _real_point_B(law, l, delta, S, side, tol, steps, damping, solver, patience, B)
+        S, it, res, rho, ok, B = _real_point(law, l, delta, S, side, tol, steps, damping, solver, patience, B)
         return (S, B, it_tot + it, ok_all & ok), (res, rho)
 
     B0 = blocks_B(S_far, law.D, delta) if B_far is None else B_far
@@ -361,11 +356,11 @@ PROBE_STEPS = 20
 # cos² and margins, on 192 edges/outliers (PR DMFT laws m = 4 finite-n at d = 250 / 500 / 2000,
 # bounded GeLU / softplus / Huber laws m = 2 on both sides, toy laws m = 1–3); 2.3–2.6× fewer
 # iterations; an ``outlier`` call on a 32 768-sample law 15.7 → 8.4 s, and 6.2 s with the blocks B(S)
-# carried between solves (``_real_point_B``; docs/spectral.md).
+# carried between solves (``_real_point``; docs/spectral.md).
 PROBE_PATIENCE = 3
 
 
-def _check_probe_steps(probe_steps, probe_patience=PROBE_PATIENCE):
+def _check_probe_options(probe_steps, probe_patience=PROBE_PATIENCE):
     if isinstance(probe_steps, bool) or not isinstance(probe_steps, (int, np.integer)) or probe_steps < 1:
         raise SpectralError(f"probe_steps must be a positive integer (Newton steps per edge-bisection probe); "
                             f"got {probe_steps!r}. Use the default {PROBE_STEPS} or e.g. max_steps.")
@@ -387,7 +382,7 @@ def _edge_core_B(law, delta, side, tol, max_steps, damping, solver, bisections, 
                  probe_patience=PROBE_PATIENCE):
     """:func:`_edge_core` that also returns the blocks B(S) at the edge."""
     far, inside = _far_point(law, delta, side)
-    S_far, it0, res0, rho0, ok0, B_far = _real_point_B(law, far, delta, far_start(law, far), side, tol, max_steps,
+    S_far, it0, res0, rho0, ok0, B_far = _real_point(law, far, delta, far_start(law, far), side, tol, max_steps,
                                                        damping, solver)
 
     # the blocks B(S) ride along with S (they do not depend on λ): no probe recomputes those of its start
@@ -450,7 +445,7 @@ def bulk_edge(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, t
     support run to ``probe_steps``, the slower behaviour before it, same edges).
     """
     _check_delta(delta)
-    _check_probe_steps(probe_steps, probe_patience)
+    _check_probe_options(probe_steps, probe_patience)
     law_used, conv = _resolve_convention(law, side, convention, n, "bulk_edge")
     s = 0 if side == "bottom" else 1
     setting = dict(law=law_used.source, m=law.m, samples=law_used.size, delta=_f(delta), side=side,
