@@ -100,11 +100,17 @@ def gd_edges(P, S, perf) -> np.ndarray:
     return out
 
 
-def _median_se(x, draws: int = 2000, seed: int = 0) -> float:
-    """Bootstrap s.e. of the median over seeds (fixed resampling seed: reproducible from the JSON)."""
+def _bootstrap_se(x, stat, draws: int = 2000, seed: int = 0) -> float:
+    """Bootstrap s.e. over seeds of ``stat(resamples)`` (``stat`` reduces axis 1; fixed resampling seed:
+    reproducible from the JSON)."""
     x = np.asarray(x, float)
     idx = np.random.default_rng(seed).integers(0, x.size, (draws, x.size))
-    return float(np.std(np.median(x[idx], axis=1), ddof=1))
+    return float(np.std(stat(x[idx]), ddof=1))
+
+
+def _median_se(x, draws: int = 2000, seed: int = 0) -> float:
+    """Bootstrap s.e. of the median over seeds."""
+    return _bootstrap_se(x, lambda r: np.median(r, axis=1), draws, seed)
 
 
 def accuracy_rows(data, S) -> list:

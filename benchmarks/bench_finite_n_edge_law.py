@@ -42,7 +42,9 @@ from dmft import activations
 
 from .bench_delta_star_trend import problem
 from .bench_finite_n import _row, _se
-from .bench_finite_n_edge import _median_se, gd_edges
+from .bench_finite_n_edge import _bootstrap_se, _median_se, gd_edges
+
+prob_beyond = spectral.edge_law.gumbel_prob_beyond      # P(edge ≤ x), Gumbel line, bottom side
 
 NAME = "finite_n_edge_law"
 HERE = pathlib.Path(__file__).resolve().parent
@@ -108,10 +110,9 @@ def cdf(x, quantiles):
     return np.interp(np.asarray(x, float), q, QGRID, left=0.0, right=1.0)
 
 
-def _sd_se(x, draws: int = 2000, seed: int = 0) -> float:
-    x = np.asarray(x, float)
-    idx = np.random.default_rng(seed).integers(0, x.size, (draws, x.size))
-    return float(np.std(np.std(x[idx], axis=1, ddof=1), ddof=1))
+def _sd_se(x) -> float:
+    """Bootstrap s.e. of the sd over seeds."""
+    return _bootstrap_se(x, lambda r: np.std(r, axis=1, ddof=1))
 
 
 def analysis(data, S) -> dict:
@@ -147,7 +148,7 @@ def analysis(data, S) -> dict:
     u = np.concatenate([cdf(gd[i], Qm[i]) for i in range(len(S["ds"]))])
     ks = stats.kstest(u, "uniform")
     sl, ic = arr("slope").mean(0), arr("intercept").mean(0)
-    ug = np.concatenate([1.0 - np.exp(-np.exp(-(gd[i] - ic[i]) / sl[i])) for i in range(len(S["ds"]))])
+    ug = np.concatenate([prob_beyond(gd[i], sl[i], ic[i]) for i in range(len(S["ds"]))])
     ks_g = stats.kstest(ug, "uniform")
     conv = e[:, :, lv.index(1.0)].mean(0)
     per_d = lambda v: [float(x) for x in v]
@@ -245,11 +246,6 @@ def family_rows(fam, tag_seeds) -> tuple:
     summary = dict(cells=len(cells), chi2_gumbel_mean=float(np.sum(w * (off - pred) ** 2)),
                    chi2_convention=float(np.sum(w * off ** 2)), ks_pvalue=float(ks.pvalue))
     return rows, summary
-
-
-def prob_beyond(x, slope, intercept):
-    """P(edge ≤ x) under the Gumbel line (bottom side), as ``spectral.EdgeLaw.prob_beyond`` (model "gumbel")."""
-    return 1.0 - np.exp(-np.exp(-(np.asarray(x, float) - intercept) / slope))
 
 
 def _repeat_check(th, S) -> dict:

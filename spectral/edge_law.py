@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import SpectralError
-from .law import BlockLaw, for_jit, truncate
+from .law import BlockLaw, for_jit, tail_order, truncate
 from .stieltjes import _real_point, bulk_edge, far_start
 
 GUMBEL_MEAN = float(np.euler_gamma)           # E[G], G = −ln E, E standard exponential
@@ -64,6 +64,12 @@ GUMBEL_MEDIAN = -math.log(math.log(2.0))      # median of G
 GUMBEL_SD = math.pi / math.sqrt(6.0)          # sd of G
 LEVELS = (0.5, math.log(2.0), 1.0, 2.0, 4.0)  # tail masses c (units of 1/n); ln 2 and 1 are always added
 MODELS = ("gumbel", "spike")
+
+
+def gumbel_prob_beyond(x, slope, intercept):
+    """P(edge_n beyond ``x``) under the Gumbel line ``e(c) = intercept + slope·ln(1/c)``:
+    ``1 − exp(−c(x))``, ``ln(1/c(x)) = (x − intercept)/slope`` (the CDF on the bottom side)."""
+    return 1.0 - np.exp(-np.exp(-(np.asarray(x, float) - intercept) / slope))
 
 
 class EdgeLaw(eqx.Module):
@@ -105,7 +111,7 @@ class EdgeLaw(eqx.Module):
         ``1 − exp(−c(x))`` with ``ln(1/c(x)) = (x − intercept)/slope``."""
         x = np.asarray(x, float)
         if self.model == "gumbel":
-            return 1.0 - np.exp(-np.exp(-(x - self.intercept) / self.slope))
+            return gumbel_prob_beyond(x, self.slope, self.intercept)
         d = np.sort(self.draws)
         if self.side == "bottom":
             return np.searchsorted(d, x, side="right") / d.size
@@ -193,19 +199,16 @@ def finite_n_edge_law(law: BlockLaw, delta, side: str = "bottom", *, n, model: s
     if side not in law.unbounded:
         raise SpectralError(f"finite_n_edge_law: the law is bounded on side={side!r} (unbounded={law.unbounded!r}); "
                             "its edge there is not set by an extreme sample, use spectral.bulk_edge.")
-    res = [bulk_edge(law, delta, side, convention="finite-n", n=n / c, throw=False, **edge_options) for c in lv]
+    # one truncation per level, for its edge and (spike) its S(λ) table; e(1) is bulk_edge's finite-n edge
+    laws = [truncate(law, n / c, side) for c in lv]
+    res = [bulk_edge(tl, delta, side, throw=False, **edge_options) for tl in laws]
     e = np.array([float(r.edge) for r in res])
     conv = all(bool(r.converged) for r in res)
     x = np.log(1.0 / np.asarray(lv))
     slope, intercept = np.polyfit(x, e, 1)
     resid = float(np.max(np.abs(e - (intercept + slope * x))))
     # the law's samples ordered by their extreme eigenvalue, most extreme first, with weighted tail masses
-    ev = np.linalg.eigvalsh(np.asarray(law.D))
-    ext = ev[:, 0] if side == "bottom" else -ev[:, -1]
-    w = np.asarray(law.weights, float)
-    w = w / w.sum()
-    order = np.argsort(ext)
-    cw = np.cumsum(w[order])
+    _, order, cw, ev = tail_order(law, side)
     tail = [int(np.searchsorted(cw, c / n)) for c in lv]
     draws, clipped, beyond = np.asarray([]), 0.0, 0.0
     if model == "spike":
@@ -218,15 +221,14 @@ def finite_n_edge_law(law: BlockLaw, delta, side: str = "bottom", *, n, model: s
         if norm_fluctuation:                    # ‖x₁‖²/d at d = n/δ
             dd = float(n) / float(delta)
             D1 = D1 * (rng.chisquare(dd, size=configs) / dd)[:, None, None]
-        mean_ev = float(np.average(ev.mean(axis=1), weights=w))
+        mean_ev = float(np.average(ev.mean(axis=1), weights=np.asarray(law.weights)))
         d_ext = float(np.max(np.abs(ev)))
         per_level = np.empty((len(lv), configs))
         for j, c in enumerate(lv):
             e_c = float(res[j].edge)
             far = (min(e_c, mean_ev) - 2.0 * d_ext / float(delta) - 1.0 if side == "bottom"
                    else max(e_c, mean_ev) + 2.0 * d_ext / float(delta) + 1.0)
-            tl = for_jit(truncate(law, n / c, side))
-            lam, S, ok = _s_table_jit(tl, jnp.asarray(delta, float), side, jnp.asarray(e_c), res[j].S, jnp.asarray(far),
+            lam, S, ok = _s_table_jit(for_jit(laws[j]), jnp.asarray(delta, float), side, jnp.asarray(e_c), res[j].S, jnp.asarray(far),
                                       int(grid))
             conv = conv and bool(np.all(ok))
             per_level[j], at_far = _spike_edges(np.asarray(lam), np.asarray(S), e_c, D1, float(delta), side)

@@ -281,6 +281,17 @@ def law_from_dmft(problem, traj, t, hard=None, unbounded="auto") -> BlockLaw:
     return law_from_problem(problem, y, r, a, zeta=zeta, unbounded=unbounded, source=f"dmft t={t}")
 
 
+def tail_order(law: BlockLaw, side: str):
+    """The samples ordered from the most extreme on ``side`` (smallest eigenvalue of ``D`` for "bottom",
+    largest for "top"): ``(e, order, cw, ev)`` with ``e`` the extreme eigenvalue (negated for "top"),
+    ``order = argsort(e)``, ``cw`` the cumulative weight along ``order`` (the tail mass up to each
+    sample) and ``ev`` all eigenvalues (N, m). Concrete arrays only."""
+    ev = np.linalg.eigvalsh(np.asarray(law.D))
+    e = ev[:, 0] if side == "bottom" else -ev[:, -1]
+    order = np.argsort(e)
+    return e, order, np.cumsum(np.asarray(law.weights)[order]), ev
+
+
 def truncate(law: BlockLaw, n: int, side: str, mode: str = "drop") -> BlockLaw:
     """Finite-n convention (THEORY §2): the law of ``D`` truncated at its ``1 − 1/n``
     quantile on ``side`` — samples whose extreme eigenvalue (smallest for "bottom",
@@ -290,11 +301,8 @@ def truncate(law: BlockLaw, n: int, side: str, mode: str = "drop") -> BlockLaw:
         raise SpectralError(f"side must be 'bottom' or 'top'; got {side!r}.")
     if n is None or not (n > 1):
         raise SpectralError("convention='finite-n' needs the sample size n > 1 (pass n=delta*d).")
-    ev = np.linalg.eigvalsh(np.asarray(law.D))
-    e = ev[:, 0] if side == "bottom" else -ev[:, -1]
+    e, order, cw, _ = tail_order(law, side)
     w = np.asarray(law.weights)
-    order = np.argsort(e)
-    cw = np.cumsum(w[order])
     # weighted 1/n quantile of the extreme eigenvalue
     q = e[order][min(np.searchsorted(cw, 1.0 / n), len(cw) - 1)]
     if mode == "clip":  # move the tail mass onto the quantile (eigenvalues of D clipped)
