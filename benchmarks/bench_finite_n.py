@@ -100,11 +100,13 @@ def _row(q, th, th_se, sim, sim_se, d, seeds, k=3.0):
                 d=int(d), seeds=int(seeds), tolerance=tol, agree=ok)
 
 
-def gd_first_phase_spectra(P, S, d: int, delta: float, times) -> np.ndarray:
+def gd_first_phase_spectra(P, S, d: int, delta: float, times, max_iters=None, method="auto") -> np.ndarray:
     """GD on the first-phase manifold (``freeze_hard=True``) at dimension d, ``S["seeds"]`` seeds with key
     ``fold_in(key(S["sim_key"]), d)`` (common to every δ), and at each saved step of ``times`` the
     bottom of the float64 dense W-Hessian (``spectral.hard_outlier_at_state``, ``S["k"]`` eigenpairs):
-    (constrained edge, smallest eigenvalue, hard weight below the constrained edge), shape (3, times, seeds)."""
+    (constrained edge, smallest eigenvalue, hard weight below the constrained edge), shape (3, times, seeds).
+    ``method``, ``max_iters``: ``hard_outlier_at_state``'s (auto: dense for d·m ≤ 6000, else Lanczos with
+    ``max_iters`` matvecs; None: the library default)."""
     res = dmft.simulate(P, d=d, delta=delta, lr=S["lr"], steps=S["steps"], seeds=S["seeds"],
                         key=jax.random.fold_in(jax.random.key(S["sim_key"]), d), freeze_hard=True,
                         save_weights_at=tuple(times), test_samples=256)
@@ -112,7 +114,8 @@ def gd_first_phase_spectra(P, S, d: int, delta: float, times) -> np.ndarray:
     for s in range(S["seeds"]):
         X, y = simulation_data(P, res, s)
         for j in range(len(times)):
-            o = spectral.hard_outlier_at_state(P, X, y, res.W_at[s, j], res.a_at[s, j], k=S["k"], theory=False)
+            o = spectral.hard_outlier_at_state(P, X, y, res.W_at[s, j], res.a_at[s, j], k=S["k"], theory=False,
+                                               max_iters=max_iters, method=method)
             out[:, j, s] = o.constrained_edge, o.eigenvalues[0], o.hard_weight_below_edge
     return out
 

@@ -5,7 +5,8 @@ Modules: ``law`` (the law of (ζ, D), truncation), ``stieltjes`` (bulk: block St
 equation, density, edges), ``outliers`` (hard-direction outliers and cos², with the
 derivation), ``spectral_methods`` (m = 1 Lu–Li / Mondelli–Montanari, thresholds),
 ``quadrature``, ``hessian`` (HVPs, dense oracles), ``lanczos`` (extreme eigenpairs, SLQ),
-``edge_law`` (the law of the finite-n edge over draws of the samples),
+``edge_law`` (the law of the finite-n edge over draws of the samples), ``success_law`` (the law over
+runs of the finite-d threshold that follows from it),
 ``finite_state`` (the hard outlier at a finite-d GD state, with the equation on its own law),
 ``thresholds`` (δ*(t) from the dynamic DMFT), ``stationary_threshold`` (δ_NN from the stationary DMFT),
 ``threshold_gradient`` (dδ_NN/dθ by implicit differentiation), ``design`` (minimize δ_NN over a family).
@@ -33,6 +34,7 @@ from .stationary_threshold import StationaryThreshold, delta_nn_stationary, marg
 from .threshold_gradient import ThresholdGradient, ThresholdGradientError, threshold_gradient  # noqa: E402
 from .design import DesignResult, design  # noqa: E402
 from .edge_law import EdgeLaw, finite_n_edge_law  # noqa: E402
+from .success_law import SuccessLaw, finite_n_success_law  # noqa: E402
 from .stieltjes import (EdgeResult, StieltjesResult, bulk_edge, density, fixed_point_map,  # noqa: E402
                         linearization, stieltjes)
 
@@ -42,6 +44,7 @@ __all__ = [
     "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "truncate",
     "detect_unbounded", "unbounded_through_labels", "unbounded_through_preactivations",
     "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "EdgeLaw", "finite_n_edge_law", "fixed_point_map", "linearization",
+    "SuccessLaw", "finite_n_success_law",
     "OutlierResult", "outlier", "all_outliers", "A_matrix", "A_derivative",
     "StationaryThreshold", "delta_nn_stationary", "margins_at_stationary",
     "ThresholdGradient", "ThresholdGradientError", "threshold_gradient", "DesignResult", "design",

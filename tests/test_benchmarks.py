@@ -248,6 +248,30 @@ def test_threshold_family_gd_edges_follow_the_gumbel_law():
     assert summary["chi2_gumbel_mean"] < 0.5 * summary["chi2_convention"]
 
 
+def test_committed_finite_n_success_law_is_consistent():
+    """finite_n_success_law: rows and summary rebuilt from the stored GD seeds and the committed
+    threshold family (no number recomputed but the fits), shapes, every committed cell read, and the
+    law's claims: GD's success-curve width agrees with b = dδ*_n/d ln d in every (t, d) group and does
+    not depend on d; the seeds that succeed are those with the least extreme edge."""
+    from benchmarks.bench_finite_n_success_law import analysis, committed, settings
+
+    res = _load("finite_n_success_law")
+    S, data = res["setting"], res["data"]
+    assert {k: S[k] for k in settings("standard")} == settings("standard")
+    for d in S["ds"]:
+        for k in ("edge", "bottom", "weight"):
+            assert np.asarray(data["new"][str(d)][k]).shape == (len(S["grid"]), S["seeds"])
+    cells = [c for v in data["committed"].values() for c in v["cells"]]
+    assert len(cells) == 10 and sum(len(c["grid"]) for c in cells) == 46         # (run, t, d) and (run, t, d, δ)
+    assert_same_json(committed(), data["committed"])                               # the inputs are the committed JSONs
+    an = analysis(data, S)
+    assert_same_json(an["rows"], res["accuracy"])
+    assert_same_json(an["summary"], data["summary"])
+    rows = res["accuracy"]
+    assert all(r["agree"] for r in rows if "width of GD" in r["quantity"] or "slope of GD" in r["quantity"]), rows
+    assert data["summary"]["edge_weight"]["stouffer_z"] > 10
+
+
 def test_finite_n_threshold_jackknife_closed_form():
     """δ*_n of the key-mean margin and its jackknife s.e.: for margins linear in δ (m_j = c_j − δ) the
     root is mean(c) and the jackknife s.e. is exactly the s.e. of that mean; a leave-one-out curve

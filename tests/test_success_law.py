@@ -1,0 +1,80 @@
+"""spectral.finite_n_success_law: the law over runs of the finite-d threshold (δ_run = δ*_n(d/Γ₁)).
+
+Closed forms of the Gumbel law, a Monte Carlo of the defining model (runs draw Γ₁ ~ Exp(1) and
+succeed iff δ > δ*_n(d/Γ₁) on a line in ln d: the formulas must reproduce the sampled success
+fractions, median, mean and sd), recovery of the line and its covariance, and bad input. The law
+against GD is ``benchmarks/bench_finite_n_success_law.py`` (committed-JSON test in test_benchmarks)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import spectral
+from spectral import SpectralError
+
+
+def _law():
+    # the committed t·η = 2.4 roots' scale (b ≈ 0.63), exact line: δ*_n = 4.1 + 0.63 ln(d/500)
+    ds = np.array([250.0, 500.0, 1000.0])
+    return spectral.finite_n_success_law(ds, 4.1 + 0.63 * np.log(ds / 500), [0.05, 0.03, 0.06])
+
+
+def test_line_recovered_exactly_with_its_covariance():
+    L = _law()
+    assert L.slope == pytest.approx(0.63, abs=1e-12)
+    assert L.loc(500) == pytest.approx(4.1, abs=1e-12)
+    assert L.loc(2000) == pytest.approx(4.1 + 0.63 * math.log(4), abs=1e-12)
+    assert L.chi2 == pytest.approx(0.0, abs=1e-18) and L.dof == 1
+    # covariance of weighted least squares: by hand with the design matrix
+    ds, se = np.array([250.0, 500.0, 1000.0]), np.array([0.05, 0.03, 0.06])
+    X = np.stack([np.ones(3), np.log(ds / L.d_ref)], 1)
+    np.testing.assert_allclose(L.cov, np.linalg.inv(X.T @ (X / se[:, None] ** 2)), rtol=1e-12)
+    # s.e. of the location at d is the propagated variance, smallest near d_ref
+    assert L.loc_stderr(L.d_ref) == pytest.approx(math.sqrt(L.cov[0, 0]), rel=1e-12)
+    assert L.loc_stderr(4000) > L.loc_stderr(L.d_ref)
+
+
+def test_gumbel_closed_forms():
+    L, d = _law(), 1000
+    assert L.prob_success(L.loc(d), d) == pytest.approx(math.exp(-1.0), abs=1e-14)       # δ*_n(d): the 1/e point
+    assert L.median(d) == pytest.approx(L.loc(d / math.log(2.0)), abs=1e-12)               # = δ*_n(d / ln 2)
+    assert L.quantile(0.5, d) == pytest.approx(L.median(d), abs=1e-12)
+    assert L.mean(d) - L.loc(d) == pytest.approx(np.euler_gamma * L.slope, abs=1e-12)
+    assert L.sd == pytest.approx(math.pi * L.slope / math.sqrt(6.0), abs=1e-12)
+    p = np.array([0.05, 0.37, 0.5, 0.9, 0.99])
+    np.testing.assert_allclose(L.prob_success(L.quantile(p, d), d), p, rtol=1e-12)
+    # the width is the same at every d: the curve at 4d is the curve at d shifted by b ln 4
+    x = np.linspace(3.0, 7.0, 9)
+    np.testing.assert_allclose(L.prob_success(x + L.slope * math.log(4), 4 * d), L.prob_success(x, d), rtol=1e-12)
+
+
+def test_formulas_reproduce_a_monte_carlo_of_the_defining_model():
+    """Runs draw Γ₁ ~ Exp(1) and succeed at δ iff δ > δ*_n(d/Γ₁) (the line): 200 000 runs."""
+    L, d = _law(), 1000
+    g = np.random.default_rng(0).exponential(size=200_000)
+    thr = L.loc(d / g)                                               # each run's threshold
+    n = thr.size
+    for x in (3.8, 4.54, 5.0, 6.0, 7.0):
+        p = L.prob_success(x, d)
+        assert abs(np.mean(thr < x) - p) < 4 * math.sqrt(p * (1 - p) / n) + 1e-12
+    assert abs(np.median(thr) - L.median(d)) < 0.01
+    assert abs(np.mean(thr) - L.mean(d)) < 4 * L.sd / math.sqrt(n)
+    assert abs(np.std(thr) - L.sd) < 0.01
+
+
+def test_bad_input_names_the_parameter():
+    with pytest.raises(SpectralError, match="same length"):
+        spectral.finite_n_success_law([250, 500], [3.7], [0.05, 0.05])
+    with pytest.raises(SpectralError, match="two distinct"):
+        spectral.finite_n_success_law([500, 500], [4.0, 4.1], [0.05, 0.05])
+    with pytest.raises(SpectralError, match="ds must be positive"):
+        spectral.finite_n_success_law([0, 500], [4.0, 4.1], [0.05, 0.05])
+    with pytest.raises(SpectralError, match="delta_star_n must be finite"):
+        spectral.finite_n_success_law([250, 500], [np.nan, 4.1], [0.05, 0.05])
+    with pytest.raises(SpectralError, match="stderr must be positive"):
+        spectral.finite_n_success_law([250, 500], [4.0, 4.1], [0.0, 0.05])
+    with pytest.raises(SpectralError, match="does not rise with d"):
+        spectral.finite_n_success_law([250, 500], [4.1, 4.0], [0.05, 0.05])
+    with pytest.raises(SpectralError, match="p must lie"):
+        _law().quantile(1.0, 500)
