@@ -31,6 +31,7 @@ import math
 
 import equinox as eqx
 import numpy as np
+from scipy import stats
 
 from ._errors import SpectralError
 
@@ -128,8 +129,6 @@ def finite_n_success_law(ds, delta_star_n, stderr) -> SuccessLaw:
     beta = cov @ (X.T @ (w * y))
     chi2 = float(np.sum(w * (y - X @ beta) ** 2))
     dof = int(ds.size - 2)
-    from scipy import stats
-
     pval = float(stats.chi2.sf(chi2, dof)) if dof > 0 else float("nan")
     if not beta[1] > 0:
         raise SpectralError(f"delta_star_n does not rise with d (slope dδ*_n/d ln d = {beta[1]:.3g} ± "
