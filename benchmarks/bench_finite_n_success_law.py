@@ -103,8 +103,9 @@ def gd_new(P, S, perf) -> dict:
         for delta in S["grid"]:
             cols.append(gd_first_phase_spectra(P, S, d, delta, [S["steps"]], max_iters=S["max_iters"],
                                                method=S["hessian"])[:, 0])
-            # every Lanczos call compiles new programs, each holding memory maps: 2026-12-06 the first run died at
-            # d = 2000 with "LLVM compilation error: Cannot allocate memory" (vm.max_map_count) after ~60 calls
+            # the committed run's hard_outlier_at_state compiled new Lanczos programs on every call (fixed after it:
+            # spectral.finite_state._lanczos_bottom); its first attempt died at d = 2000 with "LLVM compilation
+            # error: Cannot allocate memory" (vm.max_map_count). Clearing per δ stays as a guard.
             jax.clear_caches()
         arr = np.stack(cols, axis=1)                                                       # (3, grid, seeds)
         out[str(d)] = dict(edge=arr[0].tolist(), bottom=arr[1].tolist(), weight=arr[2].tolist())

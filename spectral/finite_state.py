@@ -21,6 +21,7 @@ theory and finite-d eigenpair should agree up to finite-size corrections.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import equinox as eqx
@@ -30,7 +31,7 @@ import numpy as np
 
 from ._errors import SpectralError
 from .hessian import block_matvec, dense_block_matrix, finite_blocks
-from .lanczos import lanczos_extreme
+from .lanczos import check_lanczos, lanczos_extreme, lanczos_iters
 from .law import law_from_samples
 from .outliers import outlier
 from .stieltjes import bulk_edge
@@ -79,6 +80,22 @@ def hard_rows_shifted(mv, hard_rows, big):
     return lambda V: jnp.where(mask, big * V, mv(jnp.where(mask, 0.0, V)))
 
 
+@functools.partial(jax.jit, static_argnames=("k", "max_iters", "tol"))
+def _lanczos_bottom(X, D, ridge, rows, key, *, k, max_iters, tol):
+    """Bottom ``k`` eigenpairs of the W-Hessian and the bottom of its non-hard restriction, by Lanczos.
+    One program per shape: (X, D) are arguments, not closed over. Before (session 39) each call built
+    new closures and compiled new programs; a loop over seeds at d = 2000 spent 28 % of its time
+    compiling and died after ~60 calls when the programs' memory maps reached vm.max_map_count."""
+    n, d = X.shape
+    m = D.shape[-1]
+    mv = block_matvec(X, D, ridge)
+    res = lanczos_extreme(mv, (d, m), k, key, which="smallest", max_iters=max_iters, tol=tol, throw=False)
+    mv_c = hard_rows_shifted(mv, rows, shift_above(D, n, d, ridge))
+    res_c = lanczos_extreme(mv_c, (d, m), 1, jax.random.fold_in(key, 1), which="smallest", max_iters=max_iters,
+                            tol=tol, throw=False)
+    return res, res_c
+
+
 def hard_outlier_at_state(problem, X, y, W, a, *, hard=None, k: int = 6, method: str = "auto",
                           key=None, theory: bool = True, max_iters=None, tol: float = 1e-10) -> StateOutlier:
     """Bottom eigenpairs of the W-Hessian at ``(X, y, W, a)`` with their hard-row weights, the
@@ -113,12 +130,11 @@ def hard_outlier_at_state(problem, X, y, W, a, *, hard=None, k: int = 6, method:
         edge_c = float(np.linalg.eigvalsh(H[np.ix_(keep, keep)])[0])
     else:
         key = jax.random.key(0) if key is None else key
-        mv = block_matvec(X, D, ridge)
-        res = lanczos_extreme(mv, (d, m), k, key, which="smallest", max_iters=max_iters, tol=tol)
+        res, res_c = _lanczos_bottom(jnp.asarray(X), D, jnp.asarray(ridge, D.dtype), jnp.asarray(rows), key, k=k,
+                                     max_iters=max_iters, tol=tol)
+        check_lanczos(res.status, tol, lanczos_iters(d * m, k, max_iters))
+        check_lanczos(res_c.status, tol, lanczos_iters(d * m, 1, max_iters))
         ev, vec = np.asarray(res.eigenvalues), np.moveaxis(np.asarray(res.eigenvectors), 0, -1)
-        mv_c = hard_rows_shifted(mv, jnp.asarray(rows), shift_above(D, n, d, ridge))
-        res_c = lanczos_extreme(mv_c, (d, m), 1, jax.random.fold_in(key, 1), which="smallest", max_iters=max_iters,
-                                tol=tol)
         edge_c = float(res_c.eigenvalues[0])
     hw = (vec[list(hard)] ** 2).sum(axis=(0, 1))
     setting = dict(d=int(d), n=int(n), delta=n / d, m=int(m), hard=list(hard), method=method, ridge=ridge, k=int(k))

@@ -141,7 +141,7 @@ def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e
     """
     shape = (dim,) if isinstance(dim, int) else tuple(dim)
     n = math.prod(shape)
-    K = int(min(n, max_iters if max_iters is not None else max(10 * k, 150)))
+    K = lanczos_iters(n, k, max_iters)
     if which not in ("smallest", "largest", "both"):
         raise ValueError(f"which must be 'smallest', 'largest' or 'both'; got {which!r}.")
     if not 1 <= k <= K:
@@ -153,11 +153,22 @@ def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e
     theta, vecs, res, conv, its, ghosts, status = out
     res_ = LanczosResult(eigenvalues=theta, eigenvectors=vecs.reshape((k,) + shape), residuals=res,
                          converged=conv, iterations=its, ghosts=ghosts, status=status, which=which)
+    check_lanczos(status, tol, K, throw)
+    return res_
+
+
+def lanczos_iters(n: int, k: int, max_iters=None) -> int:
+    """The matvec budget :func:`lanczos_extreme` uses: ``min(n, max_iters or max(10 k, 150))``."""
+    return int(min(n, max_iters if max_iters is not None else max(10 * k, 150)))
+
+
+def check_lanczos(status, tol, K: int, throw: bool = True):
+    """:func:`lanczos_extreme`'s status check (raises :class:`SpectralError` on MAX_ITERS when ``throw``
+    and ``status`` is concrete); for callers that run it under ``jit`` and check afterwards."""
     check_status(status, "lanczos_extreme", throw, messages={
         MAX_ITERS: (f"not every wanted Ritz pair reached the residual tolerance tol={tol:g} within max_iters={K} "
                     "matvecs (small gaps between the wanted eigenvalues and the rest converge slowly); "
                     "increase max_iters or loosen tol")})
-    return res_
 
 
 ROW_BLOCK = 16  # basis rows per block in the re-orthogonalization

@@ -144,3 +144,24 @@ def test_hard_outlier_at_state_dense_lanczos_and_interlacing():
     assert np.all((dense.hard_weight >= 0) & (dense.hard_weight <= 1 + 1e-12))
     assert dense.setting["delta"] == pytest.approx(5.0) and "theory_status" not in dense.setting
     assert dense.theory_status.startswith("outlier status")
+
+
+def test_hard_outlier_at_state_lanczos_compiles_once_per_shape():
+    """Two states of the same shape share one compiled Lanczos program, and a state's result does not depend
+    on which state compiled it (before session 39 every call closed over its own (X, D) and compiled new
+    programs; a loop over seeds at d = 2000 died when their memory maps reached vm.max_map_count)."""
+    from spectral.finite_state import _lanczos_bottom
+
+    P = _pr_problem()
+    sim = dmft.simulate(P, d=60, delta=5.0, lr=0.1, steps=20, seeds=2, key=jax.random.key(3), return_weights=True,
+                        freeze_hard=True, test_samples=256)
+    data = [dmft.simulation_data(P, sim, s) for s in range(2)]
+    run = lambda s: spectral.hard_outlier_at_state(P, *data[s], sim.W[s], sim.a[s], k=4, method="lanczos", theory=False,
+                                                   max_iters=97)
+    first = run(0)
+    size = _lanczos_bottom._cache_size()
+    second, again = run(1), run(0)
+    assert _lanczos_bottom._cache_size() == size
+    assert second.constrained_edge != first.constrained_edge
+    np.testing.assert_array_equal(again.eigenvalues, first.eigenvalues)
+    assert again.constrained_edge == first.constrained_edge
