@@ -43,6 +43,7 @@ from dmft import activations
 
 from .bench_delta_star_trend import problem
 from .bench_finite_n import _row, gd_first_phase_spectra
+from .bench_finite_n_threshold import records
 
 NAME = "finite_n_success_law"
 HERE = pathlib.Path(__file__).resolve().parent
@@ -72,11 +73,8 @@ def committed(results: pathlib.Path = HERE / "results", sources=SOURCES) -> dict
     time label ``t<steps>``: roots [(d, δ*_n, s.e., source)], cells [(d, source, grid, weight, edge)]."""
     out = {}
     for name in sources:
-        res = json.loads((results / f"{name}.json").read_text())
-        S, data = res["setting"], res["data"]
-        blocks = {k: v for k, v in data.items() if k.startswith("t") and "simulation" in v} or {f"t{S['steps']}": data}
-        for t, v in blocks.items():
-            o = out.setdefault(t, dict(roots=[], cells=[]))
+        for S, v in records(json.loads((results / f"{name}.json").read_text())):
+            o = out.setdefault(f"t{S['steps']}", dict(roots=[], cells=[]))
             W = np.asarray(v["simulation"]["hard_weight_below_edge"], float)
             E = np.asarray(v["simulation"]["constrained_edge"], float)
             for i, d in enumerate(S["ds"]):
