@@ -193,6 +193,46 @@ def _grid(spec: str):
     return vals
 
 
+LAW_KEY = 1_000_003   # fold_in tag of the --law-d run's keys (independent of the --d run's repeats 0, 1, ...)
+
+
+def _success_law_report(res, res2, d, law_d) -> dict:
+    """Print the law over GD runs per time (spectral.success_laws) and return its JSON block."""
+    import numpy as np
+
+    from spectral.success_law import success_laws
+
+    typer.echo(f"at d = {law_d} (independent keys): δ*_n(t) = "
+               + ", ".join(f"{v:.4g} ± {e:.2g}" for v, e in zip(res2.delta_star, res2.delta_star_stderr)))
+    if res2.status == "no-bracket":
+        typer.echo(f"no success law: {res2.message}", err=True)
+    rows = [] if res2.status == "no-bracket" else success_laws([res, res2])
+    typer.echo(f"which runs succeed at finite d: P = exp(−exp(−(δ − δ*_n(d))/b)), b = dδ*_n/d ln d from d = {d}, {law_d}")
+    typer.echo(f"{'t':>6} {'b':>8} {'± s.e.':>8} {'δ 10%':>8} {'median':>8} {'δ 90%':>8}  (at d = {d})")
+    per_time = []
+    for row in rows:
+        L = row["law"]
+        if L is None:
+            typer.echo(f"{row['t']:>6}  no law: {row['reason']}")
+            per_time.append(dict(t=row["t"], ok=False, reason=row["reason"]))
+            continue
+        q10, q90 = (float(L.quantile(p, d)) for p in (0.1, 0.9))
+        typer.echo(f"{row['t']:>6} {L.scale:>8.4f} {L.scale_stderr:>8.2g} {q10:>8.4g} {float(L.median(d)):>8.4g} {q90:>8.4g}")
+        per_time.append(dict(t=row["t"], ok=True, reason=None, scale=L.scale, scale_stderr=L.scale_stderr, sd=L.sd,
+                             **{k: {str(dim): float(f(dim)) for dim in (d, law_d)} for k, f in
+                                (("loc", L.loc), ("loc_stderr", L.loc_stderr), ("median", L.median), ("mean", L.mean),
+                                 ("quantile_10", lambda x: L.quantile(0.1, x)), ("quantile_90", lambda x: L.quantile(0.9, x)))}))
+    return dict(ds=[d, law_d], law_key=f"fold_in(key(seed), {LAW_KEY})", per_time=per_time,
+                convention="a run at (δ, d) succeeds iff δ > δ*_n(d/Γ₁), Γ₁ ~ Exp(1) (its most extreme sample's tail "
+                           "mass); loc = δ*_n(d) is the 1/e point; fit: δ*_n(d) = intercept + b ln(d/d_ref) through two d "
+                           "(no linearity check)",
+                law_run=dict(status=res2.status, message=res2.message,
+                             delta_star=np.asarray(res2.delta_star).tolist(),
+                             stderr=np.asarray(res2.delta_star_stderr).tolist(), setting=res2.setting,
+                             paths_per_n=res2.diagnostics.get("paths_per_n"),
+                             finite_n_resolved=res2.diagnostics.get("finite_n_resolved")))
+
+
 @app.command("delta-nn")
 def delta_nn(
     target: str = typer.Option("phase-retrieval", help=f"teacher: {', '.join(TARGETS)}"),
@@ -216,6 +256,9 @@ def delta_nn(
     criterion: str = typer.Option("negative", help="negative: an outlier of H + λI below 0 and the bulk (THEORY §2); "
                                   "separation: any outlier below the bulk edge"),
     seed: int = typer.Option(0),
+    law_d: int = typer.Option(None, "--law-d", help="a second dimension: compute δ*_n(t) there too (independent keys) "
+                              "and report which GD runs succeed at finite d, P(success | δ, d) = exp(−exp(−(δ − δ*_n(d))/b)), "
+                              "b = dδ*_n/d ln d (spectral.finite_n_success_law; doubles the run; needs paths ≥ 20·δ·d at both d)"),
     json_out: pathlib.Path = typer.Option(None, "--json", help="write the result as JSON"),
     plot: pathlib.Path = typer.Option(None, "--plot", help="write a figure (margin curves and δ*(t))"),
     strict: bool = typer.Option(False, "--strict", help="exit 1 when δ_NN is not reported (first phase not "
@@ -238,6 +281,9 @@ def delta_nn(
         g = _grid(grid)
         if convention not in ("finite-n", "strict"):
             raise CLIError("--convention must be finite-n or strict.")
+        if law_d is not None and (convention != "finite-n" or law_d < 2 or law_d == d):
+            raise CLIError(f"--law-d {law_d}: the success law needs the finite-n convention and a second dimension "
+                           f"> 1 other than --d {d} (e.g. --law-d {2 * d}).")
         ts = [int(x) for x in times.split(",") if x.strip()] if times else sorted({max(1, steps // 4), steps // 2, 3 * steps // 4, steps})
         if any(t < 0 or t > steps for t in ts):
             raise CLIError(f"--times must lie in 0..steps = 0..{steps}.")
@@ -247,16 +293,21 @@ def delta_nn(
     except (CLIError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    total = 1 + repeats
+    total = (1 + repeats) * (1 if law_d is None else 2)
     t0 = time.perf_counter()
     with typer.progressbar(length=total, label="DMFT δ sweeps") as bar:
         def progress(msg):
             bar.update(1)
 
-        res = delta_star(problem, grid=g, lr=lr, steps=steps, times=ts, paths=paths, key=jax.random.key(seed),
-                         convention=convention, d=d if convention == "finite-n" else None, repeats=repeats,
-                         refine=refine, stationarity_tol=stationarity_tol, progress=progress,
-                         level="auto" if criterion == "negative" else "edge")
+        def run_at(dim, key):
+            return delta_star(problem, grid=g, lr=lr, steps=steps, times=ts, paths=paths, key=key,
+                              convention=convention, d=dim if convention == "finite-n" else None, repeats=repeats,
+                              refine=refine, stationarity_tol=stationarity_tol, progress=progress,
+                              level="auto" if criterion == "negative" else "edge")
+
+        res = run_at(d, jax.random.key(seed))
+        # the second d gets independent keys (the law's fit takes the two δ*_n errors as independent)
+        res2 = None if law_d is None or res.status == "no-bracket" else run_at(law_d, jax.random.fold_in(jax.random.key(seed), LAW_KEY))
     wall = time.perf_counter() - t0
     if res.status == "no-bracket":
         typer.echo(f"error: {res.message}", err=True)
@@ -268,6 +319,7 @@ def delta_nn(
         typer.echo(f"{t:>6} {res.delta_star[j]:>10.4f} {res.delta_star_stderr[j]:>10.4f} "
                    f"[{res.bracket[j][0]:.3g}, {res.bracket[j][1]:.3g}]")
     typer.echo(res.message)
+    law_payload = None if res2 is None else _success_law_report(res, res2, d, law_d)
     if plot is not None:
         import matplotlib
 
@@ -302,6 +354,8 @@ def delta_nn(
                                            lr=lr, steps=steps, d=d, seed=seed, ridge=ridge, criterion_option=criterion)},
             diagnostics={**res.diagnostics, **dict(status=res.status, message=res.message, wall_s=wall)},
         )
+        if law_d is not None:
+            payload["success_law"] = law_payload
         tmp = json_out.with_suffix(json_out.suffix + ".tmp")
         tmp.write_text(json.dumps(payload, indent=1, default=float))
         tmp.replace(json_out)

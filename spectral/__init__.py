@@ -34,7 +34,7 @@ from .stationary_threshold import StationaryThreshold, delta_nn_stationary, marg
 from .threshold_gradient import ThresholdGradient, ThresholdGradientError, threshold_gradient  # noqa: E402
 from .design import DesignResult, design  # noqa: E402
 from .edge_law import EdgeLaw, finite_n_edge_law  # noqa: E402
-from .success_law import SuccessLaw, finite_n_success_law  # noqa: E402
+from .success_law import SuccessLaw, finite_n_success_law, success_laws  # noqa: E402
 from .stieltjes import (EdgeResult, StieltjesResult, bulk_edge, density, fixed_point_map,  # noqa: E402
                         linearization, stieltjes)
 
@@ -44,7 +44,7 @@ __all__ = [
     "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "truncate",
     "detect_unbounded", "unbounded_through_labels", "unbounded_through_preactivations",
     "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "EdgeLaw", "finite_n_edge_law", "fixed_point_map", "linearization",
-    "SuccessLaw", "finite_n_success_law",
+    "SuccessLaw", "finite_n_success_law", "success_laws",
     "OutlierResult", "outlier", "all_outliers", "A_matrix", "A_derivative",
     "StationaryThreshold", "delta_nn_stationary", "margins_at_stationary",
     "ThresholdGradient", "ThresholdGradientError", "threshold_gradient", "DesignResult", "design",

@@ -132,11 +132,62 @@ def finite_n_success_law(ds, delta_star_n, stderr) -> SuccessLaw:
     pval = float(stats.chi2.sf(chi2, dof)) if dof > 0 else float("nan")
     if not beta[1] > 0:
         raise SpectralError(f"delta_star_n does not rise with d (slope dδ*_n/d ln d = {beta[1]:.3g} ± "
-                            f"{math.sqrt(cov[1, 1]):.2g}): the finite-n edge does not set the threshold (a bounded "
-                            "side, or the strict convention), so there is no law over runs of this kind.")
+                            f"{math.sqrt(cov[1, 1]):.2g}): the law over runs needs a threshold that the most extreme "
+                            "sample raises (b > 0); here the finite-n edge does not set it over these d (a bounded side, "
+                            "the strict convention, or d too small: in the CLI's default setting, t = 20, δ*_n falls "
+                            "from d = 10 to 40, is flat to d ≈ 160 and rises above), so there is no law of this kind.")
     return SuccessLaw(ds=ds, delta_star=y, stderr=se, d_ref=d_ref, intercept=float(beta[0]), slope=float(beta[1]),
                       cov=cov, chi2=chi2, dof=dof, fit_pvalue=pval,
                       setting=dict(convention="finite-n: a run at (δ, d) succeeds iff δ > δ*_n(d/Γ₁), Γ₁ ~ Exp(1) "
                                               "(its most extreme sample's tail mass)",
                                    fit="weighted least squares δ*_n(d) = intercept + slope·ln(d/d_ref)",
                                    d_ref=d_ref))
+
+
+def success_laws(results) -> list:
+    """The law over runs at each time of finite-n δ*(t) results at two or more dimensions.
+
+    ``results``: :class:`spectral.thresholds.DeltaStarResult` from :func:`spectral.thresholds.delta_star`
+    with ``convention="finite-n"``, the same ``times``, and distinct ``setting["d"]`` (independent keys, so
+    that their errors are independent, as the fit assumes). Returns one dict per time: ``t``, ``law``
+    (:class:`SuccessLaw`, or None) and ``reason`` (None, or why there is no law at that time: a threshold
+    not bracketed or without an s.e., a finite-n truncation not resolved by the paths, δ*_n not rising
+    with d)."""
+    results = list(results)
+    if len(results) < 2:
+        raise SpectralError(f"success_laws needs δ*(t) results at two or more d (got {len(results)}).")
+    for r in results:
+        if r.convention != "finite-n" or r.setting.get("d") is None:
+            raise SpectralError("success_laws needs results with convention='finite-n' and their d (the law is the "
+                                f"finite-n threshold's d-dependence); got convention {r.convention!r}.")
+        if tuple(r.times) != tuple(results[0].times):
+            raise SpectralError(f"all results must share the times (got {tuple(r.times)} and {tuple(results[0].times)}).")
+    ds = [float(r.setting["d"]) for r in results]
+    if len(set(ds)) < 2:
+        raise SpectralError(f"the results must be at two or more distinct d (got {ds}).")
+    out = []
+    for j, t in enumerate(results[0].times):
+        y = [float(r.delta_star[j]) for r in results]
+        se = [float(r.delta_star_stderr[j]) for r in results]
+        ppn = [(r.diagnostics.get("paths_per_n") or [None] * len(r.times))[j] for r in results]
+        reason = None
+        if not all(np.isfinite(y)):
+            reason = "δ*_n not bracketed at d = " + ", ".join(f"{d:g}" for d, v in zip(ds, y) if not np.isfinite(v))
+        elif not all(np.isfinite(se) & (np.asarray(se) > 0)):
+            reason = "no Monte Carlo s.e. of δ*_n (fewer than 2 repeats with a root) at d = " + ", ".join(
+                f"{d:g}" for d, v in zip(ds, se) if not (np.isfinite(v) and v > 0))
+        else:
+            from .thresholds import MIN_PATHS_PER_N
+            bad = [(d, v) for d, v in zip(ds, ppn) if v is not None and v < MIN_PATHS_PER_N]
+            if bad:
+                reason = ("finite-n truncation not resolved (paths/n < %d) at " % MIN_PATHS_PER_N
+                          + ", ".join(f"d = {d:g} (paths/n = {v:.2g})" for d, v in bad)
+                          + ": its δ*_n does not carry the d-dependence the law is built from")
+        law = None
+        if reason is None:
+            try:
+                law = finite_n_success_law(ds, y, se)
+            except SpectralError as exc:
+                reason = str(exc)
+        out.append(dict(t=int(t), law=law, reason=reason))
+    return out

@@ -29,6 +29,10 @@ positive (a strict minimum); the result records which was used (``setting["crite
 Unbounded ``D`` (square loss on ``y = z²``): the strict limit has no left edge, hence no
 outlier and no finite δ*; the finite-n convention (law of ``D`` truncated at its ``1 − 1/n``
 quantile, ``n = δ d``) gives a d-dependent threshold. Every result records the convention.
+The truncation acts on the ``paths`` Monte Carlo samples: it removes ``paths/n`` of them, none when
+``paths < n``, so the finite-n threshold at d is resolved only with ``paths ≫ n``.
+:func:`delta_star` reports ``paths/n`` at each root where the law is unbounded below and says so in
+its message when it is below ``MIN_PATHS_PER_N`` (measured: ``benchmarks/bench_finite_n_threshold``).
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class MarginCurve:
     # (D,) max over steps of the fraction of Monte Carlo paths whose local GD step η·λ_max(D)/δ > 2
     # (dmft.solve's ``unstable_fraction``): > 0 means the fixed-η dynamics diverges on rare samples at that δ
     unstable_fraction: Optional[np.ndarray] = None
+    # (D, T) whether the untruncated DMFT law of D is unbounded below (the finite-n truncation then
+    # sets the edge; :data:`MIN_PATHS_PER_N`)
+    unbounded_bottom: Optional[np.ndarray] = None
 
 
 def _slice(traj, i):
@@ -92,12 +99,14 @@ def truncate_fixed_shape(law: BlockLaw, n: int) -> BlockLaw:
 
 
 def _law_at(problem, traj_i, t, delta, convention, d):
+    """(law under the convention, whether the untruncated law is unbounded below)."""
     law = law_from_dmft(problem, traj_i, t)
+    unbounded_below = "bottom" in law.unbounded
     if convention == "finite-n":
         if d is None:
             raise SpectralError("convention='finite-n' needs the dimension d (n = delta*d samples); pass d=...")
         law = truncate_fixed_shape(law, int(round(delta * d)))
-    return law
+    return law, unbounded_below
 
 
 def negative_level(problem, level="auto"):
@@ -122,8 +131,15 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
     after 20 Newton steps; the edge-bisection probes already do by default, ``probe_steps``).
     (One solve per (δ, t): a vmapped batch of the same solves measured 2× slower on the
     2-core CPU — the batched while-loops run to the slowest member.)"""
+    return _margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d, side=side, level=level,
+                               outlier_options=outlier_options)[:5]
+
+
+def _margins_from_sweep(problem, traj, deltas, times, *, convention, d, side, level, outlier_options=None):
+    """:func:`margins_from_sweep` plus (D, T) flags: the untruncated law is unbounded below."""
     D, T = len(deltas), len(times)
     margin, ev, edge, cos2 = (np.full((D, T), np.nan) for _ in range(4))
+    unb = np.zeros((D, T), bool)
     notes = []
     failed = np.asarray(traj.failed_step).reshape(-1) if getattr(traj, "failed_step", None) is not None else None
     for i, dv in enumerate(np.asarray(deltas, float)):
@@ -132,7 +148,7 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
             if failed is not None and 0 <= failed[i] <= t:
                 notes.append(f"delta={dv:.4g}, t={t}: the DMFT became non-finite at step {int(failed[i])}; margin left nan")
                 continue
-            law = _law_at(problem, tri, t, dv, convention, d)
+            law, unb[i, j] = _law_at(problem, tri, t, dv, convention, d)
             if side in law.unbounded:
                 notes.append(f"delta={dv:.4g}, t={t}: support unbounded on the {side} (strict limit): no edge, no outlier")
                 margin[i, j] = np.inf
@@ -146,7 +162,7 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
             ev[i, j] = float(res.eigenvalue)
             edge[i, j] = float(res.edge)
             cos2[i, j] = float(res.cosine2)
-    return margin, ev, edge, cos2, notes
+    return margin, ev, edge, cos2, notes, unb
 
 
 def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
@@ -166,11 +182,12 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
     run = deltas if pad_to is None or pad_to <= n else np.concatenate([deltas, np.full(pad_to - n, deltas[-1])])
     traj = dmft.solve_sweep(problem, jnp.asarray(run), lr=lr, steps=steps, paths=paths, key=key,
                             save_samples_at=times)
-    margin, ev, edge, cos2, notes = margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d, side=side, level=level)
+    margin, ev, edge, cos2, notes, unb = _margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d,
+                                                             side=side, level=level)
     return MarginCurve(deltas=deltas, times=times, margin=margin, eigenvalue=ev, edge=edge, cosine2=cos2,
                        train_error=np.asarray(traj.train_error)[:n], test_error=np.asarray(traj.test_error)[:n],
                        convention=convention, notes=notes,
-                       unstable_fraction=np.asarray(jnp.max(traj.unstable_fraction, axis=-1))[:n])
+                       unstable_fraction=np.asarray(jnp.max(traj.unstable_fraction, axis=-1))[:n], unbounded_bottom=unb)
 
 
 def _criterion(problem, level):
@@ -238,6 +255,9 @@ class DeltaStarResult:
     diagnostics: dict
 
 
+MIN_PATHS_PER_N = 20   # Monte Carlo samples per 1/n of tail mass for a resolved finite-n threshold: at paths/n = 3–9
+# the truncated law's threshold was biased low by 0.3–0.6 (d = 500 / 1000); at paths/n ≥ 20 it agreed with GD
+# (benchmarks/bench_finite_n_threshold*, docs/thresholds.md)
 OSCILLATION_ALTERNATION = 0.8   # fraction of sign changes of successive train-error increments
 OSCILLATION_AMPLITUDE = 1e-3    # mean |e_t − (e_{t−1} + e_{t+1})/2| relative to the train error
 
@@ -275,6 +295,11 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     3. δ*(t) = mean over repeats, s.e. = sd/√R; δ_NN = δ*(t_max) if both the train error
        and δ*(t) are stationary over the last half of the horizon (relative change <
        ``stationarity_tol``), else ``None`` with status "not-converged".
+
+    With ``convention="finite-n"`` the diagnostics hold ``paths_per_n`` (paths/(δ*(t)·d) at each time
+    whose law of D is unbounded below; None elsewhere) and ``finite_n_resolved``; the message says when
+    paths/n < :data:`MIN_PATHS_PER_N` and how many paths would resolve it. Two such results at different
+    d give the law over runs of the finite-d threshold (:func:`spectral.success_laws`).
     """
     say = progress or (lambda s: None)
     t0 = time.perf_counter()
@@ -347,6 +372,17 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     if n_fin[-1] == 2:
         lost_note += ("; the s.e. comes from 2 keys (1 degree of freedom: indicative only, it can be far too small "
                       "by chance) — use repeats >= 4 for an error bar")
+    # the finite-n truncation removes paths/n samples of an unbounded-below law: resolved only with paths ≫ n
+    ppn = np.full(len(times), np.nan)
+    if convention == "finite-n" and coarse.unbounded_bottom is not None:
+        sets = np.asarray(coarse.unbounded_bottom).any(axis=0)
+        ppn = np.where(sets & np.isfinite(ds), paths / (np.where(np.isfinite(ds), ds, 1.0) * d), np.nan)
+        if np.nanmin(ppn, initial=np.inf) < MIN_PATHS_PER_N:
+            k = int(np.nanargmin(ppn))
+            lost_note += (f"; the finite-n truncation is not resolved: paths/n = {ppn[k]:.2g} at t={times[k]} (n = δ*·d = "
+                          f"{ds[k] * d:.0f}; below {MIN_PATHS_PER_N} the law is cut at ~1/paths, not 1/n, and none of it "
+                          f"when paths < n: measured 0.3–0.6 too low at paths/n = 3–9), so this is not yet the threshold at "
+                          f"d = {d}; use paths >= {int(np.ceil(MIN_PATHS_PER_N * np.nanmax(ds[sets]) * d))}")
     unst = float(np.max(fine_unstable)) if fine_unstable else 0.0
     if unst > 0:   # the roots come from the refine sweeps: say when their dynamics is locally unstable
         lost_note += (f"; at some refine-grid δ a fraction {unst:.2g} of the Monte Carlo paths has a locally unstable GD "
@@ -375,6 +411,8 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
                 period_two_oscillation=osc.tolist(), oscillation_alternation=osc_alt.tolist(),
                 oscillation_amplitude=osc_amp.tolist(),
                 repeats_without_root=lost.tolist(), stderr_degrees_of_freedom=(n_fin - 1).tolist(),
+                paths_per_n=[None if not np.isfinite(v) else float(v) for v in ppn],
+                finite_n_resolved=bool(not np.any(ppn < MIN_PATHS_PER_N)),
                 coarse_margin=coarse.margin.tolist(), fine_margins=fine_curves, notes=coarse.notes[:10],
                 coarse_unstable_fraction=coarse.unstable_fraction.tolist(), fine_unstable_fraction=fine_unstable,
                 wall_s=time.perf_counter() - t0, **window)

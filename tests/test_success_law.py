@@ -78,3 +78,40 @@ def test_bad_input_names_the_parameter():
         spectral.finite_n_success_law([250, 500], [4.1, 4.0], [0.05, 0.05])
     with pytest.raises(SpectralError, match="p must lie"):
         _law().quantile(1.0, 500)
+
+
+def _result(d, ds, se, ppn, convention="finite-n", times=(10, 20)):
+    from types import SimpleNamespace
+    return SimpleNamespace(times=times, delta_star=np.asarray(ds, float), delta_star_stderr=np.asarray(se, float),
+                           convention=convention, setting=dict(d=d),
+                           diagnostics=dict(paths_per_n=ppn, finite_n_resolved=all(v is None or v >= 20 for v in ppn)))
+
+
+def test_success_laws_per_time_and_the_reasons_for_none():
+    """``success_laws`` fits the law per time from δ*(t) results at two d; a time whose root is missing,
+    has no s.e., is not resolved by the paths, or does not rise with d gets no law and says why."""
+    a = _result(500, [4.0, 4.2], [0.05, 0.05], [40.0, 30.0])
+    b = _result(1000, [4.5, 4.1], [0.05, 0.05], [25.0, 24.0])
+    rows = spectral.success_laws([a, b])
+    assert [r["t"] for r in rows] == [10, 20]
+    ref = spectral.finite_n_success_law([500, 1000], [4.0, 4.5], [0.05, 0.05])
+    L = rows[0]["law"]
+    assert rows[0]["reason"] is None and L.scale == pytest.approx(0.5 / math.log(2), rel=1e-12)
+    assert L.scale == pytest.approx(ref.scale, rel=1e-12) and float(L.median(500)) == pytest.approx(float(ref.median(500)))
+    assert rows[1]["law"] is None and "does not rise with d" in rows[1]["reason"]
+    # not resolved by the paths at d = 1000, t = 20 only
+    c = _result(1000, [4.5, 4.6], [0.05, 0.05], [25.0, 8.0])
+    rows = spectral.success_laws([a, c])
+    assert rows[0]["law"] is not None and rows[1]["law"] is None
+    assert "not resolved" in rows[1]["reason"] and "d = 1000 (paths/n = 8)" in rows[1]["reason"]
+    e = _result(1000, [np.nan, 4.6], [0.05, np.nan], [None, 25.0])
+    rows = spectral.success_laws([a, e])
+    assert "not bracketed at d = 1000" in rows[0]["reason"] and "no Monte Carlo s.e." in rows[1]["reason"]
+    with pytest.raises(SpectralError, match="finite-n"):
+        spectral.success_laws([a, _result(1000, [4.5, 4.6], [0.05, 0.05], [None, None], convention="strict")])
+    with pytest.raises(SpectralError, match="distinct d"):
+        spectral.success_laws([a, a])
+    with pytest.raises(SpectralError, match="share the times"):
+        spectral.success_laws([a, _result(1000, [4.5], [0.05], [25.0], times=(10,))])
+    with pytest.raises(SpectralError, match="two or more"):
+        spectral.success_laws([a])

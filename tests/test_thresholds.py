@@ -111,6 +111,13 @@ def test_delta_star_pipeline_and_initial_time():
     assert ("locally unstable" in res.message) == bool(fu.max() > 0)
     # an s.e. from two keys is said to be indicative only (1 degree of freedom)
     assert res.diagnostics["stderr_degrees_of_freedom"] == [1, 1] and "1 degree of freedom" in res.message
+    # square loss on y = z²: D is unbounded below, so the finite-n truncation sets the edge, and with 1024
+    # paths against n = δ*·500 ≈ 10³–10⁴ it removes (almost) nothing: said, with the paths it would need
+    ppn = np.asarray(res.diagnostics["paths_per_n"], float)
+    assert np.all(res.coarse.unbounded_bottom)
+    np.testing.assert_allclose(ppn, 1024 / (res.delta_star * 500), rtol=1e-12)
+    assert res.diagnostics["finite_n_resolved"] is False and "truncation is not resolved" in res.message
+    assert f"use paths >= {int(np.ceil(20 * res.delta_star.max() * 500))}" in res.message
     # direct margin at t = 0 from the same samples (key of repeat 0), at the coarse grid
     tr = dmft.solve(P, delta=2.0, lr=0.05, steps=4, paths=1024, key=jax.random.fold_in(jax.random.key(3), 0), save_samples_at=(0,))
     for i, dv in enumerate([2.0, 4.0, 8.0, 16.0]):
@@ -164,6 +171,48 @@ def test_cli_delta_nn_json(tmp_path):
     r = runner.invoke(app, args[:-4] + ["--stationarity-tol", "1e-9", "--strict", "--json", str(out2)])
     assert r.exit_code == 1 and "not reported" in r.output
     assert json.loads(out2.read_text())["complete"] is False
+
+
+def test_cli_success_law_wiring(tmp_path, monkeypatch):
+    """``--law-d``: a second δ*(t) run at that d with independent keys, and per time the law over runs
+    (spectral.success_laws) in the output and the JSON. The δ*(t) runs are replaced by a synthetic one
+    whose roots rise with d (this checks the wiring; tests/test_success_law.py the law)."""
+    import spectral.thresholds as th
+
+    keys = []
+
+    def fake(problem, *, grid, times, paths, key, convention, d, repeats, **kw):
+        keys.append(np.asarray(jax.random.key_data(key)).tolist())
+        T = len(times)
+        return th.DeltaStarResult(times=tuple(times), delta_star=np.full(T, 4.0 + 0.6 * np.log(d / 500)),
+                                  delta_star_stderr=np.full(T, 0.05), per_repeat=np.zeros((repeats, T)),
+                                  bracket=np.tile([3.0, 5.0], (T, 1)), delta_nn=None, delta_nn_stderr=None,
+                                  status="not-converged", message="synthetic", convention=convention, coarse=None,
+                                  setting=dict(d=d), diagnostics=dict(paths_per_n=[paths / (4.0 * d)] * T))
+
+    monkeypatch.setattr(th, "delta_star", fake)
+    out = tmp_path / "law.json"
+    r = runner.invoke(app, ["delta-nn", "--times", "5,10", "--steps", "10", "--paths", "100000", "--d", "500",
+                            "--law-d", "1000", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert len(keys) == 2 and keys[0] != keys[1]          # the second d has its own keys
+    law = json.loads(out.read_text())["success_law"]
+    assert law["ds"] == [500, 1000] and [p["t"] for p in law["per_time"]] == [5, 10]
+    p = law["per_time"][0]
+    assert p["ok"] and p["scale"] == pytest.approx(0.6, rel=1e-12) and p["loc"]["500"] == pytest.approx(4.0, rel=1e-12)
+    assert p["median"]["1000"] == pytest.approx(4.0 + 0.6 * np.log(2) - 0.6 * np.log(np.log(2)), rel=1e-12)
+    assert p["quantile_90"]["500"] == pytest.approx(4.0 - 0.6 * np.log(-np.log(0.9)), rel=1e-12)
+    assert "which runs succeed" in r.output and "0.6000" in r.output
+    # not resolved by the paths (paths/n = 100000 / 4 d < 20 at d = 2000): no law, and the reason
+    r = runner.invoke(app, ["delta-nn", "--times", "5,10", "--steps", "10", "--paths", "100000", "--d", "500",
+                            "--law-d", "2000", "--json", str(out)])
+    law = json.loads(out.read_text())["success_law"]
+    assert r.exit_code == 0 and not law["per_time"][0]["ok"] and "not resolved" in law["per_time"][0]["reason"]
+    # bad input: before any DMFT run
+    for bad in (["--law-d", "500"], ["--law-d", "1", ], ["--convention", "strict", "--law-d", "1000"]):
+        r = runner.invoke(app, ["delta-nn", "--d", "500", *bad])
+        assert r.exit_code == 2 and "--law-d" in r.output, r.output
+    assert len(keys) == 4
 
 
 def test_stationary_route_margins_and_no_bracket():
