@@ -194,9 +194,12 @@ def _grid(spec: str):
 
 
 LAW_KEY = 1_000_003   # fold_in tag of the --law-d run's keys (independent of the --d run's repeats 0, 1, ...)
+LAW_CRITERION = ("an outlier below the run's own edge (the criterion of δ*_n); its hard cos² grows from 0 there, so a "
+                 "GD criterion 'hard weight > c' is met higher (width-1 default: by 0.6–1.1 at c = 0.25, "
+                 "benchmarks/results/success_law_width1.json); --min-cosine2 c gives that criterion's law")
 
 
-def _success_law_report(res, res2, d, law_d) -> dict:
+def _success_law_report(res, res2, d, law_d, min_cosine2=None) -> dict:
     """Print the law over GD runs per time (spectral.success_laws) and return its JSON block."""
     import numpy as np
 
@@ -208,6 +211,9 @@ def _success_law_report(res, res2, d, law_d) -> dict:
         typer.echo(f"no success law: {res2.message}", err=True)
     rows = [] if res2.status == "no-bracket" else success_laws([res, res2])
     typer.echo(f"which runs succeed at finite d: P = exp(−exp(−(δ − δ*_n(d))/b)), b = dδ*_n/d ln d from d = {d}, {law_d}")
+    crit = LAW_CRITERION if min_cosine2 is None else (f"an outlier below the run's own edge whose hard cos² is >= "
+                                                      f"{min_cosine2:g} (--min-cosine2)")
+    typer.echo(f"(success = {crit})")
     typer.echo(f"{'t':>6} {'b':>8} {'± s.e.':>8} {'δ 10%':>8} {'median':>8} {'δ 90%':>8}  (at d = {d})")
     per_time = []
     for row in rows:
@@ -222,7 +228,7 @@ def _success_law_report(res, res2, d, law_d) -> dict:
                              **{k: {str(dim): float(f(dim)) for dim in (d, law_d)} for k, f in
                                 (("loc", L.loc), ("loc_stderr", L.loc_stderr), ("median", L.median), ("mean", L.mean),
                                  ("quantile_10", lambda x: L.quantile(0.1, x)), ("quantile_90", lambda x: L.quantile(0.9, x)))}))
-    return dict(ds=[d, law_d], law_key=f"fold_in(key(seed), {LAW_KEY})", per_time=per_time,
+    return dict(ds=[d, law_d], law_key=f"fold_in(key(seed), {LAW_KEY})", per_time=per_time, criterion=crit,
                 convention="a run at (δ, d) succeeds iff δ > δ*_n(d/Γ₁), Γ₁ ~ Exp(1) (its most extreme sample's tail "
                            "mass); loc = δ*_n(d) is the 1/e point; fit: δ*_n(d) = intercept + b ln(d/d_ref) through two d "
                            "(no linearity check)",
@@ -256,6 +262,9 @@ def delta_nn(
     criterion: str = typer.Option("negative", help="negative: an outlier of H + λI below 0 and the bulk (THEORY §2); "
                                   "separation: any outlier below the bulk edge"),
     seed: int = typer.Option(0),
+    min_cosine2: float = typer.Option(None, "--min-cosine2", help="count only an outlier whose squared cosine with the "
+                                      "hard subspace is >= c (what a GD criterion 'hard weight > c' measures; "
+                                      "spectral.thresholds.cosine_cut_margin)"),
     law_d: int = typer.Option(None, "--law-d", help="a second dimension: compute δ*_n(t) there too (independent keys) "
                               "and report which GD runs succeed at finite d, P(success | δ, d) = exp(−exp(−(δ − δ*_n(d))/b)), "
                               "b = dδ*_n/d ln d (spectral.finite_n_success_law; doubles the run; needs paths ≥ 20·δ·d at both d)"),
@@ -281,6 +290,8 @@ def delta_nn(
         g = _grid(grid)
         if convention not in ("finite-n", "strict"):
             raise CLIError("--convention must be finite-n or strict.")
+        if min_cosine2 is not None and not 0 < min_cosine2 < 1:
+            raise CLIError(f"--min-cosine2 {min_cosine2}: a squared cosine in (0, 1), e.g. 0.25.")
         if law_d is not None and (convention != "finite-n" or law_d < 2 or law_d == d):
             raise CLIError(f"--law-d {law_d}: the success law needs the finite-n convention and a second dimension "
                            f"> 1 other than --d {d} (e.g. --law-d {2 * d}).")
@@ -303,7 +314,7 @@ def delta_nn(
             return delta_star(problem, grid=g, lr=lr, steps=steps, times=ts, paths=paths, key=key,
                               convention=convention, d=dim if convention == "finite-n" else None, repeats=repeats,
                               refine=refine, stationarity_tol=stationarity_tol, progress=progress,
-                              level="auto" if criterion == "negative" else "edge")
+                              level="auto" if criterion == "negative" else "edge", min_cosine2=min_cosine2)
 
         res = run_at(d, jax.random.key(seed))
         # the second d gets independent keys (the law's fit takes the two δ*_n errors as independent)
@@ -319,7 +330,7 @@ def delta_nn(
         typer.echo(f"{t:>6} {res.delta_star[j]:>10.4f} {res.delta_star_stderr[j]:>10.4f} "
                    f"[{res.bracket[j][0]:.3g}, {res.bracket[j][1]:.3g}]")
     typer.echo(res.message)
-    law_payload = None if res2 is None else _success_law_report(res, res2, d, law_d)
+    law_payload = None if res2 is None else _success_law_report(res, res2, d, law_d, min_cosine2)
     if plot is not None:
         import matplotlib
 
@@ -351,7 +362,8 @@ def delta_nn(
                             stderr=np.asarray(res.delta_star_stderr).tolist(), bracket=np.asarray(res.bracket).tolist()),
             setting={**res.setting, **dict(target=target, activation=activation, width=width, loss=loss,
                                            init_scale=init_scale, train_second_layer=train_second_layer, power=power,
-                                           lr=lr, steps=steps, d=d, seed=seed, ridge=ridge, criterion_option=criterion)},
+                                           lr=lr, steps=steps, d=d, seed=seed, ridge=ridge, criterion_option=criterion,
+                                           min_cosine2=min_cosine2)},
             diagnostics={**res.diagnostics, **dict(status=res.status, message=res.message, wall_s=wall)},
         )
         if law_d is not None:

@@ -69,6 +69,10 @@ class MarginCurve:
     # (D, T) whether the untruncated DMFT law of D is unbounded below (the finite-n truncation then
     # sets the edge; :data:`MIN_PATHS_PER_N`)
     unbounded_bottom: Optional[np.ndarray] = None
+    # with ``min_cosine2 = c``: ``margin`` is :func:`cosine_cut_margin` (an outlier whose hard cos² ≥ c) and the
+    # outlier's own margin is kept here
+    min_cosine2: Optional[float] = None
+    outlier_margin: Optional[np.ndarray] = None
 
 
 def _slice(traj, i):
@@ -165,14 +169,33 @@ def _margins_from_sweep(problem, traj, deltas, times, *, convention, d, side, le
     return margin, ev, edge, cos2, notes, unb
 
 
+def cosine_cut_margin(margin, cosine2, c: float):
+    """Margin of the criterion "an outlier whose squared cosine with the hard subspace is ≥ c": ``c − cos²``
+    where there is an outlier (margin < 0), ``c + margin`` (> 0) where there is none. Continuous where the
+    outlier appears (cos² = 0 there), negative exactly where cos² > c, so its sign change on a δ grid is where
+    cos² reaches c. That is what a finite-d criterion "hard weight of the bottom eigenvectors > c" measures: for
+    a width-1 student the cosine grows slowly from 0 at δ*, and weight > 0.25 is met 0.6–1.1 above it (cos² reaches 0.25 0.8–1.3 above δ*)
+    (``benchmarks/bench_success_law_width1.py``). nan stays nan."""
+    if not 0.0 < float(c) < 1.0:
+        raise SpectralError(f"min_cosine2 must lie in (0, 1) (got {c!r}): it is a squared cosine, e.g. 0.25.")
+    m = np.asarray(margin, float)
+    c2 = np.nan_to_num(np.asarray(cosine2, float), nan=0.0)
+    return np.where(m < 0, c - c2, c + m)
+
+
 def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
-                 side="bottom", level="auto", pad_to: Optional[int] = None) -> MarginCurve:
+                 side="bottom", level="auto", pad_to: Optional[int] = None,
+                 min_cosine2: Optional[float] = None) -> MarginCurve:
     """DMFT δ sweep (one compilation, common random numbers) and the outlier margin at each
     requested time. ``convention``: "strict" or "finite-n" (needs ``d``). ``pad_to``: run the
     sweep at this many δ by repeating the last one (the extra points are solved but not
     reported), so that sweeps of different lengths share one compiled DMFT program; each δ's
-    trajectory does not depend on the batch (measured bit-identical)."""
+    trajectory does not depend on the batch (measured bit-identical). ``min_cosine2 = c``: the margin is that
+    of an outlier whose hard cos² ≥ c (:func:`cosine_cut_margin`)."""
     import dmft
+
+    if min_cosine2 is not None:
+        cosine_cut_margin(0.0, 0.0, min_cosine2)      # validates before the sweep
 
     if convention not in ("strict", "finite-n"):
         raise SpectralError(f"convention must be 'strict' or 'finite-n'; got {convention!r}.")
@@ -184,17 +207,20 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
                             save_samples_at=times)
     margin, ev, edge, cos2, notes, unb = _margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d,
                                                              side=side, level=level)
-    return MarginCurve(deltas=deltas, times=times, margin=margin, eigenvalue=ev, edge=edge, cosine2=cos2,
+    crit = margin if min_cosine2 is None else cosine_cut_margin(margin, cos2, min_cosine2)
+    return MarginCurve(deltas=deltas, times=times, margin=crit, eigenvalue=ev, edge=edge, cosine2=cos2,
                        train_error=np.asarray(traj.train_error)[:n], test_error=np.asarray(traj.test_error)[:n],
                        convention=convention, notes=notes,
-                       unstable_fraction=np.asarray(jnp.max(traj.unstable_fraction, axis=-1))[:n], unbounded_bottom=unb)
+                       unstable_fraction=np.asarray(jnp.max(traj.unstable_fraction, axis=-1))[:n], unbounded_bottom=unb,
+                       min_cosine2=min_cosine2, outlier_margin=margin)
 
 
-def _criterion(problem, level):
+def _criterion(problem, level, min_cosine2=None):
     lv = negative_level(problem, level)
-    return ("outlier below the bulk edge (separation; negativity not required)" if lv is None else
+    base = ("outlier below the bulk edge (separation; negativity not required)" if lv is None else
             f"outlier below min(bulk edge, {lv:g}) (a negative eigenvalue of the Hessian incl. ridge {-lv:g})"
             if level == "auto" else f"outlier below min(bulk edge, {lv:g})")
+    return base if min_cosine2 is None else f"{base} whose squared cosine with the hard subspace is >= {min_cosine2:g}"
 
 
 def _crossing(deltas, m, i):
@@ -284,9 +310,14 @@ def period_two_oscillation(train_error, window: int = None):
     return flags, alt, amp
 
 
+def _cut(min_cosine2):
+    """margin_curve keyword for the criterion (absent by default: fakes of margin_curve in tests need not take it)."""
+    return {} if min_cosine2 is None else dict(min_cosine2=min_cosine2)
+
+
 def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
                refine: int = 6, repeats: int = 2, stationarity_tol: float = 0.02, level="auto",
-               progress: Optional[Callable[[str], None]] = None) -> DeltaStarResult:
+               progress: Optional[Callable[[str], None]] = None, min_cosine2: Optional[float] = None) -> DeltaStarResult:
     """δ*(t) at each of ``times`` and δ_NN from its trend.
 
     1. coarse sweep over ``grid`` (key 0 of ``repeats``) -> margin curves and brackets;
@@ -295,6 +326,9 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     3. δ*(t) = mean over repeats, s.e. = sd/√R; δ_NN = δ*(t_max) if both the train error
        and δ*(t) are stationary over the last half of the horizon (relative change <
        ``stationarity_tol``), else ``None`` with status "not-converged".
+
+    ``min_cosine2 = c``: the threshold of an outlier whose squared cosine with the hard subspace is ≥ c
+    (:func:`cosine_cut_margin`), the quantity a finite-d criterion "hard weight > c" measures.
 
     With ``convention="finite-n"`` the diagnostics hold ``paths_per_n`` (paths/(δ*(t)·d) at each time
     whose law of D is unbounded below; None elsewhere) and ``finite_n_resolved``; the message says when
@@ -315,7 +349,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     batch = max(len(grid), int(refine))
     say(f"coarse δ sweep: {len(grid)} points x {len(times)} times")
     coarse = margin_curve(problem, grid, lr=lr, steps=steps, times=times, paths=paths, key=keys[0],
-                          convention=convention, d=d, level=level, pad_to=batch)
+                          convention=convention, d=d, level=level, pad_to=batch, **_cut(min_cosine2))
     brackets = np.array([_root_on_grid(grid, coarse.margin[:, j])[1:] for j in range(len(times))])
     upper = np.array([_upper_root_on_grid(grid, coarse.margin[:, j]) for j in range(len(times))])  # (T, 3)
     window = dict(window_upper=upper[:, 0].tolist(), window_upper_bracket=upper[:, 1:].tolist())
@@ -323,7 +357,8 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     ok = np.isfinite(brackets[:, 0])
     if not ok.any():
         allpos = np.all(~(coarse.margin < 0))
-        hint = (f"the margin is positive (no outlier) on the whole grid [{grid[0]:.3g}, {grid[-1]:.3g}]: try "
+        what = "no outlier" if min_cosine2 is None else f"no outlier with hard cos² >= {min_cosine2:g}"
+        hint = (f"the margin is positive ({what}) on the whole grid [{grid[0]:.3g}, {grid[-1]:.3g}]: try "
                 f"larger δ (e.g. up to {2 * grid[-1]:.3g})" if allpos else
                 f"an outlier exists already at δ = {grid[0]:.3g}: try smaller δ (down to {grid[0] / 2:.3g})")
         if convention == "strict" and np.all(np.isinf(coarse.margin)):
@@ -345,7 +380,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     for r, kr in enumerate(keys):
         say(f"refinement sweep {r + 1}/{repeats}: {refine} points in [{lo:.4g}, {hi:.4g}]")
         mc = margin_curve(problem, fine, lr=lr, steps=steps, times=times, paths=paths, key=kr,
-                          convention=convention, d=d, level=level, pad_to=batch)
+                          convention=convention, d=d, level=level, pad_to=batch, **_cut(min_cosine2))
         fine_curves.append(mc.margin.tolist())
         fine_unstable.append(mc.unstable_fraction.tolist())
         for j in range(len(times)):
@@ -406,7 +441,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     setting = dict(grid=grid.tolist(), refine_grid=fine.tolist(), lr=float(np.asarray(lr).mean()), steps=int(steps),
                    times=list(times), paths=int(paths), repeats=int(repeats), convention=convention, d=d,
                    stationarity_tol=stationarity_tol, level=negative_level(problem, level),
-                   criterion=_criterion(problem, level))
+                   criterion=_criterion(problem, level, min_cosine2), min_cosine2=min_cosine2)
     diag = dict(train_error_change_last_half=tr_change, delta_star_change_last_half=ds_change,
                 period_two_oscillation=osc.tolist(), oscillation_alternation=osc_alt.tolist(),
                 oscillation_amplitude=osc_amp.tolist(),

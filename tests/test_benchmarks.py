@@ -272,6 +272,40 @@ def test_committed_finite_n_success_law_is_consistent():
     assert data["summary"]["edge_weight"]["stouffer_z"] > 10
 
 
+def test_committed_success_law_width1_is_consistent():
+    """success_law_width1 (the CLI's default setting, m = 1): rows and summary rebuilt from the stored theory
+    margins / cos² and GD seeds; every theory cell resolved (paths ≥ 20 n at every (δ, d));
+    the claims of docs/thresholds.md: GD's success location and its mean over runs agree with the cosine-cut
+    law at every d, its width is larger than the law's b_c at every d (a fluctuation the law leaves out), and
+    the outlier threshold lies below GD's location at every d by > 3 s.e. (outlier existence is not what GD's
+    weight cut measures)."""
+    from benchmarks.bench_success_law_width1 import analysis, settings
+
+    res = _load("success_law_width1")
+    S, data = res["setting"], res["data"]
+    assert {k: S[k] for k in settings("standard")} == settings("standard")
+    assert len(data["theory"]["per_key"]) == S["keys"]
+    for k in data["theory"]["per_key"]:
+        for d in S["theory_ds"]:
+            rec = k[str(d)]
+            assert len(rec["margin"]) == len(rec["cosine2"]) == len(S["grid"])
+            for dv, ppn in zip(S["grid"], rec["paths_over_n"]):
+                assert ppn == pytest.approx(S["paths"] / (dv * d)) and ppn >= 20
+    for d in S["gd_ds"]:
+        assert np.asarray(data["simulation"][str(d)]["weight"]).shape == (len(S["gd_grid"]), S["seeds"])
+    an = analysis(data, S)
+    assert_same_json(an["rows"], res["accuracy"])
+    assert_same_json(an["summary"], data["summary"])
+    rows = res["accuracy"]
+    assert all(r["agree"] for r in rows if "vs δ_c,n(d) of the cosine-cut law" in r["quantity"]
+               or "mean over runs" in r["quantity"]), rows
+    widths = [r for r in rows if "width of GD" in r["quantity"]]
+    assert len(widths) == len(S["gd_ds"]) and all(r["simulation"] > r["theory"] for r in widths), widths
+    for r in rows:
+        if "vs δ*_n(d) of the outlier law" in r["quantity"]:
+            assert r["simulation"] - r["theory"] > 3 * np.hypot(r["theory_stderr"], r["sim_stderr"]), r
+
+
 def test_finite_n_threshold_jackknife_closed_form():
     """δ*_n of the key-mean margin and its jackknife s.e.: for margins linear in δ (m_j = c_j − δ) the
     root is mean(c) and the jackknife s.e. is exactly the s.e. of that mean; a leave-one-out curve

@@ -293,3 +293,27 @@ def test_period_two_oscillation_flagged_where_gd_oscillates():
                      convention="strict", refine=2, repeats=1)
     assert res.status == "not-converged" and res.delta_nn is None
     assert any(res.diagnostics["period_two_oscillation"]) and "reduce lr" in res.message and "period 2" in res.message
+
+
+def test_cosine_cut_criterion():
+    """``min_cosine2 = c``: the margin of an outlier whose hard cos² ≥ c (c − cos² where there is an outlier,
+    c + margin where there is none), from the same sweep as the outlier margin; its root lies above δ*."""
+    from spectral.thresholds import cosine_cut_margin, margin_curve
+
+    m = np.array([0.3, 0.0, -0.2, -0.5, np.nan, np.inf])
+    c2 = np.array([np.nan, np.nan, 0.1, 0.4, np.nan, np.nan])
+    np.testing.assert_allclose(cosine_cut_margin(m, c2, 0.25), [0.55, 0.25, 0.15, -0.15, np.nan, np.inf])
+    with pytest.raises(spectral.SpectralError, match="min_cosine2"):
+        cosine_cut_margin(m, c2, 1.5)
+    P = pr_problem()
+    kw = dict(lr=0.05, steps=4, times=(4,), paths=2048, key=jax.random.key(3), convention="finite-n", d=100)
+    grid = [2.0, 4.0, 6.0, 8.0, 12.0, 16.0]
+    a = margin_curve(P, grid, **kw)
+    b = margin_curve(P, grid, **kw, min_cosine2=0.1)
+    np.testing.assert_array_equal(b.outlier_margin, a.margin)
+    np.testing.assert_allclose(b.margin, cosine_cut_margin(a.margin, a.cosine2, 0.1))
+    from spectral.thresholds import _root_on_grid
+    r_out, r_cut = _root_on_grid(np.array(grid), a.margin[:, 0])[0], _root_on_grid(np.array(grid), b.margin[:, 0])[0]
+    assert np.isfinite(r_out) and np.isfinite(r_cut) and r_cut > r_out, (a.margin[:, 0], a.cosine2[:, 0])
+    with pytest.raises(spectral.SpectralError, match="min_cosine2"):
+        margin_curve(P, grid, **kw, min_cosine2=0.0)
