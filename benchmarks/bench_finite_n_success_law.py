@@ -144,6 +144,17 @@ def _indicators(groups, cut, idx=None):
     return np.concatenate(xs), np.concatenate(ys)
 
 
+def bootstrap_fits(groups, cut, draws: int, seed: int = 0) -> np.ndarray:
+    """(draws, 2) Gumbel fits (loc, scale) of bootstrap resamples: seeds drawn with replacement within each group,
+    every δ of a seed kept together (nan rows where a resample has one outcome only)."""
+    rng = np.random.default_rng(seed)
+    bs = []
+    for _ in range(draws):
+        idx = [rng.integers(0, np.asarray(W).shape[1], np.asarray(W).shape[1]) for _, W in groups]
+        bs.append(gumbel_fit(*_indicators(groups, cut, idx)))
+    return np.asarray(bs, float).reshape(-1, 2)
+
+
 def fit_group(groups, cut, draws: int, seed: int = 0) -> dict:
     """Gumbel fit of the seeds' success indicators with bootstrap s.e. (seeds resampled within each
     group, every δ of a seed kept together: the seeds are common to every δ of a run)."""
@@ -151,12 +162,7 @@ def fit_group(groups, cut, draws: int, seed: int = 0) -> dict:
     seeds = int(sum(np.asarray(W).shape[1] for _, W in groups))
     if not np.isfinite(loc):
         return dict(loc=loc, scale=sc, loc_se=float("nan"), scale_se=float("nan"), bootstrap_ok=0, seeds=seeds)
-    rng = np.random.default_rng(seed)
-    bs = []
-    for _ in range(draws):
-        idx = [rng.integers(0, np.asarray(W).shape[1], np.asarray(W).shape[1]) for _, W in groups]
-        bs.append(gumbel_fit(*_indicators(groups, cut, idx)))
-    bs = np.asarray(bs, float)
+    bs = bootstrap_fits(groups, cut, draws, seed)
     ok = np.isfinite(bs).all(1)
     return dict(loc=loc, scale=sc, loc_se=float(np.std(bs[ok, 0], ddof=1)), scale_se=float(np.std(bs[ok, 1], ddof=1)),
                 bootstrap_ok=int(ok.sum()), seeds=seeds)

@@ -55,7 +55,7 @@ import spectral
 from spectral.thresholds import _root_on_grid, margins_from_sweep
 
 from .bench_finite_n import _row, gd_first_phase_spectra
-from .bench_finite_n_success_law import _indicators, fit_group, gumbel_fit
+from .bench_finite_n_success_law import _indicators, bootstrap_fits, fit_group, gumbel_fit
 
 NAME = "success_law_width1"
 
@@ -179,9 +179,7 @@ def fit_with_draws(grid, W, cut, draws, seed=0):
     """Gumbel fit of the seeds' indicators (weight > cut) and bootstrap draws over whole seeds:
     (loc, scale, (draws, 2) array; non-finite draws dropped)."""
     loc, sc = gumbel_fit(*_indicators([(grid, W)], cut))
-    rng = np.random.default_rng(seed)
-    n = np.asarray(W).shape[1]
-    bs = np.asarray([gumbel_fit(*_indicators([(grid, W)], cut, [rng.integers(0, n, n)])) for _ in range(draws)], float)
+    bs = bootstrap_fits([(grid, W)], cut, draws, seed)
     return loc, sc, bs[np.isfinite(bs).all(1)]
 
 

@@ -174,8 +174,8 @@ def cosine_cut_margin(margin, cosine2, c: float):
     where there is an outlier (margin < 0), ``c + margin`` (> 0) where there is none. Continuous where the
     outlier appears (cos² = 0 there), negative exactly where cos² > c, so its sign change on a δ grid is where
     cos² reaches c. That is what a finite-d criterion "hard weight of the bottom eigenvectors > c" measures: for
-    a width-1 student the cosine grows slowly from 0 at δ*, and weight > 0.25 is met 0.6–1.1 above it (cos² reaches 0.25 0.8–1.3 above δ*)
-    (``benchmarks/bench_success_law_width1.py``). nan stays nan."""
+    a width-1 student the cosine grows slowly from 0 at δ* (it reaches 0.25 0.8–1.3 above δ*), and GD's weight
+    > 0.25 is met 0.6–1.1 above it (``benchmarks/bench_success_law_width1.py``). nan stays nan."""
     if not 0.0 < float(c) < 1.0:
         raise SpectralError(f"min_cosine2 must lie in (0, 1) (got {c!r}): it is a squared cosine, e.g. 0.25.")
     m = np.asarray(margin, float)
