@@ -217,8 +217,9 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
 
 def _criterion(problem, level, min_cosine2=None):
     lv = negative_level(problem, level)
+    lv = None if lv is None else lv + 0.0          # -0.0 (ridge 0) prints as 0
     base = ("outlier below the bulk edge (separation; negativity not required)" if lv is None else
-            f"outlier below min(bulk edge, {lv:g}) (a negative eigenvalue of the Hessian incl. ridge {-lv:g})"
+            f"outlier below min(bulk edge, {lv:g}) (a negative eigenvalue of the Hessian incl. ridge {0.0 - lv:g})"
             if level == "auto" else f"outlier below min(bulk edge, {lv:g})")
     return base if min_cosine2 is None else f"{base} whose squared cosine with the hard subspace is >= {min_cosine2:g}"
 

@@ -317,3 +317,6 @@ def test_cosine_cut_criterion():
     assert np.isfinite(r_out) and np.isfinite(r_cut) and r_cut > r_out, (a.margin[:, 0], a.cosine2[:, 0])
     with pytest.raises(spectral.SpectralError, match="min_cosine2"):
         margin_curve(P, grid, **kw, min_cosine2=0.0)
+    from spectral.thresholds import _criterion
+    assert _criterion(P, "auto", 0.1) == ("outlier below min(bulk edge, 0) (a negative eigenvalue of the Hessian incl. "
+                                         "ridge 0) whose squared cosine with the hard subspace is >= 0.1")  # not "-0"
