@@ -44,19 +44,17 @@ import pathlib
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-import dmft
 import spectral
 from dmft import activations
 from spectral.thresholds import _law_at, _slice
 
 from .bench_delta_star_trend import problem
 from .bench_finite_n import _row, _se
-from .bench_finite_n_threshold import gd_weights
-from .bench_first_phase import LEVEL, _crossing
+from .bench_finite_n_threshold import gd_weights, key_sweep
 from .bench_finite_n_threshold import settings as threshold_settings
+from .bench_first_phase import LEVEL, _crossing
 
 NAME = "finite_n_branches"
 HERE = pathlib.Path(__file__).parent
@@ -83,11 +81,7 @@ def theory(P, S, perf) -> dict:
     per_key = []
     for j in range(S["keys"]):
         t0 = time.perf_counter()
-        traj = dmft.solve_sweep(P, jnp.asarray(S["grid"]), lr=S["lr"], steps=S["steps"], paths=S["paths"],
-                                key=jax.random.fold_in(jax.random.key(S["key"]), j), save_samples_at=(S["steps"],),
-                                throw=False)
-        jax.block_until_ready(traj.train_error)
-        t_dmft = time.perf_counter() - t0
+        traj, t_dmft = key_sweep(P, S, j)          # finite_n_threshold's sweep of key j (S has no "times")
         rec = {}
         for d in S["theory_ds"]:
             r = dict(margin0=[], edge=[], count=[], eigenvalue=[], cosine2=[], status=[])

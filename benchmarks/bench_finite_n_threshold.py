@@ -91,6 +91,16 @@ def _times(S) -> tuple:
     return tuple(S.get("times", (S["steps"],)))
 
 
+def key_sweep(P, S, j: int):
+    """DMFT key j's δ sweep (``dmft.solve_sweep`` on ``S["grid"]``, key ``fold_in(key(S["key"]), j)``, samples at
+    the steps of :func:`_times`), and its seconds (compilation included on the first key)."""
+    t0 = time.perf_counter()
+    traj = dmft.solve_sweep(P, jnp.asarray(S["grid"]), lr=S["lr"], steps=S["steps"], paths=S["paths"],
+                            key=jax.random.fold_in(jax.random.key(S["key"]), j), save_samples_at=_times(S), throw=False)
+    jax.block_until_ready(traj.train_error)
+    return traj, time.perf_counter() - t0
+
+
 def theory_margins(P, S, perf) -> list:
     """Per key: the DMFT δ sweep and the finite-n margin, edge, outlier and cos² at every (d, δ); one
     dict per time of :func:`_times` (one DMFT solve to ``S["steps"]`` serves them all)."""
@@ -98,11 +108,7 @@ def theory_margins(P, S, perf) -> list:
     outs = [dict(margin=[], edge=[], outlier=[], cosine2=[], notes=[]) for _ in times]
     for j in range(S["keys"]):
         t0 = time.perf_counter()
-        traj = dmft.solve_sweep(P, jnp.asarray(S["grid"]), lr=S["lr"], steps=S["steps"], paths=S["paths"],
-                                key=jax.random.fold_in(jax.random.key(S["key"]), j), save_samples_at=times,
-                                throw=False)
-        jax.block_until_ready(traj.train_error)
-        t_dmft = time.perf_counter() - t0
+        traj, t_dmft = key_sweep(P, S, j)
         per = [margins_from_sweep(P, traj, S["grid"], times, convention="finite-n", d=d,
                                   outlier_options=S["outlier_options"]) for d in S["ds"]]
         for b, out in enumerate(outs):
