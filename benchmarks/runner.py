@@ -1,7 +1,8 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
-Three sizes (``MODES``): ``quick`` (~13 min for the whole suite on a 2-core CPU with two worker
-processes sharing a work queue: 764 s with 45 benchmarks in session 38, 875 s of XLA compilation in
+Three sizes (``MODES``): ``quick`` (~12 min for the whole suite on a 2-core CPU with two worker
+processes sharing a work queue: 729 s with 48 benchmarks in session 41 (792 s of compilation in 1425 s of
+summed wall); 764 s with 45 benchmarks in session 38, 875 s of XLA compilation in
 1496 s of summed benchmark wall, the new ``finite_n_edge_law`` 53 s of it and unrelated benchmarks
 10–20 % slower than the session before (e.g. ``flows`` 68 → 84 s); 672 s with 44 benchmarks in
 session 37 (763 s of compilation in 1317 s); 683 s that day with fixed longest-first shares; after the faster edge
@@ -440,7 +441,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run benchmarks and regenerate RESULTS.md")
     g = r.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true", help="reduced sizes, ~13 min on 2 cores (2 workers); writes results/quick/")
+    g.add_argument("--quick", action="store_true", help="reduced sizes, ~12 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
     g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~21.8 h in all on 2 cores; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
