@@ -39,7 +39,6 @@ the square root of the edge's error).
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import time
 
@@ -52,6 +51,7 @@ from spectral.thresholds import _law_at, _slice
 
 from .bench_delta_star_trend import problem
 from .bench_finite_n import _row, _se
+from .bench_finite_n_success_law import mean_over_runs
 from .bench_finite_n_threshold import gd_weights, key_sweep
 from .bench_finite_n_threshold import settings as threshold_settings
 from .bench_first_phase import LEVEL, _crossing
@@ -133,10 +133,7 @@ def sum_cos2(th, S) -> np.ndarray:
 
 def over_runs(C, S, d) -> np.ndarray:
     """E over Γ₁ ~ Exp(1) of C(δ, d/Γ₁), C (theory d, δ) linear in ln d between the theory's d, constant beyond."""
-    u = (np.arange(S["gamma_nodes"]) + 0.5) / S["gamma_nodes"]
-    lnd_run = math.log(d) - np.log(-np.log1p(-u))
-    lnd = np.log(np.asarray(S["theory_ds"], float))
-    return np.array([np.mean(np.interp(lnd_run, lnd, C[:, i])) for i in range(C.shape[1])])
+    return np.array([mean_over_runs(C[:, i], S["theory_ds"], d, S["gamma_nodes"]) for i in range(C.shape[1])])
 
 
 def analysis(data, S) -> tuple:

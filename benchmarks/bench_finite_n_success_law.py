@@ -144,6 +144,15 @@ def _indicators(groups, cut, idx=None):
     return np.concatenate(xs), np.concatenate(ys)
 
 
+
+def mean_over_runs(values, theory_ds, d, nodes: int) -> float:
+    """E over a run's Γ₁ ~ Exp(1) of a theory quantity at the run's effective size d/Γ₁: ``values`` at
+    ``theory_ds``, linear in ln d between them and constant beyond; ``nodes`` midpoint quantiles of Γ₁."""
+    u = (np.arange(nodes) + 0.5) / nodes                     # Γ₁ quantiles: Γ = −ln(1 − u)
+    lg = np.log(-np.log1p(-u))
+    return float(np.mean(np.interp(math.log(d) - lg, np.log(np.asarray(theory_ds, float)), values)))
+
+
 def bootstrap_fits(groups, cut, draws: int, seed: int = 0) -> np.ndarray:
     """(draws, 2) Gumbel fits (loc, scale) of bootstrap resamples: seeds drawn with replacement within each group,
     every δ of a seed kept together (nan rows where a resample has one outcome only)."""

@@ -55,7 +55,7 @@ import spectral
 from spectral.thresholds import _root_on_grid, margins_from_sweep
 
 from .bench_finite_n import _row, gd_first_phase_spectra
-from .bench_finite_n_success_law import _indicators, bootstrap_fits, fit_group, gumbel_fit
+from .bench_finite_n_success_law import _indicators, bootstrap_fits, fit_group, gumbel_fit, mean_over_runs
 
 NAME = "success_law_width1"
 
@@ -145,15 +145,8 @@ def cos2_over_runs(th, S, d, deltas, nodes):
     """E over Γ₁ of the theory's key-mean cos²(δ, d/Γ₁): the law over runs applied to the cosine (cos² linear in
     δ on the grid and in ln d between the theory's d, constant beyond them)."""
     grid = np.asarray(S["grid"], float)
-    lnd = np.log(np.asarray(S["theory_ds"], float))
     C = np.mean([[k[str(dd)]["cosine2"] for dd in S["theory_ds"]] for k in th["per_key"]], axis=0)   # (ds, grid)
-    u = (np.arange(nodes) + 0.5) / nodes                     # Γ₁ quantiles: Γ = −ln(1 − u)
-    lg = np.log(-np.log1p(-u))
-    out = []
-    for dv in deltas:
-        cd = np.array([np.interp(dv, grid, C[i]) for i in range(len(lnd))])
-        out.append(float(np.mean(np.interp(math.log(d) - lg, lnd, cd))))
-    return np.array(out)
+    return np.array([mean_over_runs([np.interp(dv, grid, c) for c in C], S["theory_ds"], d, nodes) for dv in deltas])
 
 
 # ---------------------------------------------------------------------------------------------- simulation

@@ -118,7 +118,7 @@ def negative_level(problem, level="auto"):
     Hessian, whose W-block is ``H_data + ridge·I``): ``"auto"`` → ``−ridge``; ``"edge"`` →
     None (any outlier below the bulk edge, the separation criterion); or a float."""
     if level == "auto":
-        return -float(np.asarray(problem.ridge))
+        return 0.0 - float(np.asarray(problem.ridge))      # 0.0, not -0.0, for ridge 0 (it is printed)
     if level == "edge" or level is None:
         return None
     return float(level)
@@ -217,9 +217,8 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
 
 def _criterion(problem, level, min_cosine2=None):
     lv = negative_level(problem, level)
-    lv = None if lv is None else lv + 0.0          # -0.0 (ridge 0) prints as 0
     base = ("outlier below the bulk edge (separation; negativity not required)" if lv is None else
-            f"outlier below min(bulk edge, {lv:g}) (a negative eigenvalue of the Hessian incl. ridge {0.0 - lv:g})"
+            f"outlier below min(bulk edge, {lv:g}) (a negative eigenvalue of the Hessian incl. ridge {float(np.asarray(problem.ridge)):g})"
             if level == "auto" else f"outlier below min(bulk edge, {lv:g})")
     return base if min_cosine2 is None else f"{base} whose squared cosine with the hard subspace is >= {min_cosine2:g}"
 
