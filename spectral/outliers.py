@@ -48,7 +48,7 @@ import jax.numpy as jnp
 
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
 from .law import BlockLaw, for_jit
-from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_probe_options, _far_point, _f, _real_point,
+from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_search, _check_probe_options, _far_point, _f, _real_point,
                         _resolve_convention, _sym, _edge_core_B, _linearization_from_B, blocks_B, far_start)
 
 
@@ -109,12 +109,12 @@ def _ext_eig(A, side, branch=0):
 
 
 def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level,
-                  probe_steps=PROBE_STEPS, branch=0, probe_patience=PROBE_PATIENCE):
+                  probe_steps=PROBE_STEPS, branch=0, probe_patience=PROBE_PATIENCE, search="secant"):
     # every solve below is warm-started with its start's blocks B(S) (they do not depend on λ), and A(λ)
     # is formed from the blocks of the solution: no per-sample solve is repeated
-    edge, S_edge, rho, br, its_e, res_e, st_e, B_edge = _edge_core_B(law, delta, side, tol, max_steps, damping,
-                                                                     solver, bisections, substeps, probe_steps,
-                                                                     probe_patience)
+    edge, S_edge, rho, br, its_e, res_e, st_e, B_edge, _ = _edge_core_B(law, delta, side, tol, max_steps, damping,
+                                                                        solver, bisections, substeps, probe_steps,
+                                                                        probe_patience, search)
     far, _ = _far_point(law, delta, side)
     sgn = jnp.where(side == 0, 1.0, -1.0)          # sgn·μ(A) > 0 far outside, decreasing toward the edge
     # the outlier is sought beyond ``cut`` = the edge or ``level``, whichever is farther out
@@ -127,24 +127,61 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
     margin = _ext_eig(_A_from_B(B_cut, cut, law), side, branch)
     exists = (sgn * margin < 0) & (st_e == SUCCESS)
 
-    # bisection on μ_ext(A(λ)) between far (sign +) and edge (sign −); the real S(λ) is
-    # warm-started from the bracket end nearest in λ (both ends are on the physical branch)
-    def body(carry, _):
+    # f(λ) = sgn·μ_ext(A(λ)) on the bracket [a, b] = [far (f > 0), cut (f < 0)]; the real S(λ) at a
+    # new point is warm-started from the bracket end nearest in λ (both ends are on the physical branch)
+    def evaluate(lam, a, b, Sa, Sb, Ba, Bb):
+        near_a = jnp.abs(lam - a) < jnp.abs(lam - b)
+        S0, B0 = jnp.where(near_a, Sa, Sb), jnp.where(near_a, Ba, Bb)
+        S, its, res, _, ok, B = _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver, B0=B0)
+        return sgn * _ext_eig(_A_from_B(B, lam, law), side, branch), S, B, its
+
+    def bisect(carry, _):
         a, b, Sa, Sb, Ba, Bb, it = carry            # a: far side, b: edge side
         mid = 0.5 * (a + b)
-        near_a = jnp.abs(mid - a) < jnp.abs(mid - b)
-        S0, B0 = jnp.where(near_a, Sa, Sb), jnp.where(near_a, Ba, Bb)
-        S, its, res, _, ok, B = _real_point(law, mid, delta, S0, side, tol, max_steps, damping, solver, B0=B0)
-        f = sgn * _ext_eig(_A_from_B(B, mid, law), side, branch)
+        f, S, B, its = evaluate(mid, a, b, Sa, Sb, Ba, Bb)
         go_far = f > 0
         a, Sa, Ba = jnp.where(go_far, mid, a), jnp.where(go_far, S, Sa), jnp.where(go_far, B, Ba)
         b, Sb, Bb = jnp.where(go_far, b, mid), jnp.where(go_far, Sb, S), jnp.where(go_far, Bb, B)
         return (a, b, Sa, Sb, Ba, Bb, it + its), None
 
+    def illinois(a, b, Sa, Sb, Ba, Bb, it, fa, fb):
+        # regula falsi with the Illinois modification (the value kept at an end retained twice in a
+        # row is halved), to the same final bracket as the bisection: |b − a| ≤ |far − cut|·2^-bisections;
+        # the midpoint when the false-position point is not strictly inside or the bracket did not halve
+        # over three steps, and after ``bisections`` steps (so at most 2·bisections steps)
+        wtol = jnp.abs(b - a) * 2.0 ** (-bisections)
+
+        def cond(c):
+            return (jnp.abs(c[1] - c[0]) > wtol) & (c[10] < 2 * bisections)
+
+        def body(c):
+            a, b, Sa, Sb, Ba, Bb, it, fa, fb, side_kept, k, w1, w2, w3 = c
+            w = b - a
+            lam = b - fb * w / (fb - fa)
+            frac = (lam - a) / w
+            use = jnp.isfinite(frac) & (frac > 0) & (frac < 1) & (jnp.abs(w) <= 0.5 * w3) & (k < bisections)
+            lam = jnp.where(use, lam, a + 0.5 * w)
+            f, S, B, its = evaluate(lam, a, b, Sa, Sb, Ba, Bb)
+            go_far = f > 0                           # the new point replaces the far end
+            kept = jnp.where(go_far, 1, -1)          # which end stayed: +1 the edge end b, −1 the far end a
+            fa2 = jnp.where(go_far, f, jnp.where(side_kept == -1, 0.5 * fa, fa))
+            fb2 = jnp.where(go_far, jnp.where(side_kept == 1, 0.5 * fb, fb), f)
+            a, Sa, Ba = jnp.where(go_far, lam, a), jnp.where(go_far, S, Sa), jnp.where(go_far, B, Ba)
+            b, Sb, Bb = jnp.where(go_far, b, lam), jnp.where(go_far, Sb, S), jnp.where(go_far, Bb, B)
+            return (a, b, Sa, Sb, Ba, Bb, it + its, fa2, fb2, kept, k + 1, jnp.abs(b - a), w1, w2)
+
+        w0 = jnp.abs(b - a)
+        c = jax.lax.while_loop(cond, body, (a, b, Sa, Sb, Ba, Bb, it, fa, fb, jnp.asarray(0), jnp.asarray(0), w0,
+                                            4 * w0, 4 * w0))
+        return c[:7]
+
     def locate(_):
         S_far, _, _, _, _, B_far = _real_point(law, far, delta, far_start(law, far), side, tol, max_steps, damping,
                                                  solver)
-        return jax.lax.scan(body, (far, cut, S_far, S_cut, B_far, B_cut, its_e), None, length=bisections)[0]
+        if search == "bisection":
+            return jax.lax.scan(bisect, (far, cut, S_far, S_cut, B_far, B_cut, its_e), None, length=bisections)[0]
+        f_far = sgn * _ext_eig(_A_from_B(B_far, far, law), side, branch)
+        return illinois(far, cut, S_far, S_cut, B_far, B_cut, its_e, f_far, sgn * margin)
 
     # no root beyond the cut (margin of the wrong sign): the bisection would only be discarded. Skip it
     # (a real branch in ``outlier``; under ``all_outliers``' vmap over branches a select, as before).
@@ -168,11 +205,11 @@ _outlier_core_jit = eqx.filter_jit(_outlier_core)
 
 
 def _all_outliers_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps, level, probe_steps,
-                       branches, probe_patience=PROBE_PATIENCE):
+                       branches, probe_patience=PROBE_PATIENCE, search="secant"):
     """``_outlier_core`` for every eigenvalue branch of A at once (vmap over ``branches``; the edge
     solve does not depend on the branch, so it is computed once)."""
     return jax.vmap(lambda b: _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections, substeps,
-                                            level, probe_steps, b, probe_patience))(branches)
+                                            level, probe_steps, b, probe_patience, search))(branches)
 
 
 _all_outliers_core_jit = eqx.filter_jit(_all_outliers_core)
@@ -180,7 +217,7 @@ _all_outliers_core_jit = eqx.filter_jit(_all_outliers_core)
 
 def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
             damping=0.5, solver="newton", bisections=44, substeps=2, level=None, probe_steps=PROBE_STEPS,
-            probe_patience=PROBE_PATIENCE, throw=True) -> OutlierResult:
+            probe_patience=PROBE_PATIENCE, search="secant", throw=True) -> OutlierResult:
     """Outlier of the limiting Hessian spectrum along the hard subspace on ``side`` and the
     squared cosine of its eigenvector with that subspace. ``law.zeta`` must hold the hard
     coordinates. No outlier is a valid answer (``exists=False``, status NO_OUTLIER), not an
@@ -192,18 +229,21 @@ def outlier(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol
     "top"): still continuous in δ and negative iff such an outlier exists. Default: the edge.
     :func:`all_outliers` gives every outlier on the side (this one is its branch 0).
     ``probe_steps``, ``probe_patience``: the edge search's (:func:`spectral.bulk_edge`).
-    ``bisections``: of the edge search and of the outlier's bracket. The margin at the edge moves like
+    ``search``: how the edge and the outlier's root are bracketed: "secant" (default: the edge search of
+    :func:`spectral.bulk_edge`, and regula falsi with the Illinois rule for the root, each with bisection
+    safeguards) or "bisection"; both stop at the same bracket width. ``bisections``: of the edge search
+    and of the outlier's bracket (final bracket = initial · 2^-bisections). The margin at the edge moves like
     the square root of the edge's error (A has a square-root singularity there): on a 16 384-path
     phase-retrieval law, 24 / 32 / 44 / 52 bisections gave margins −0.18719 / −0.188882 / −0.188897 /
     −0.188898 for edges 1.5e-10 (32) and 2e-12 (44) from the 52-bisection one; the outlier (−0.42949688)
     agreed to 4e-10 from 32 on (``benchmarks/bench_finite_n_branches.py`` uses 32)."""
     return _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
-                     probe_steps, throw, every_branch=False, probe_patience=probe_patience)
+                     probe_steps, throw, every_branch=False, probe_patience=probe_patience, search=search)
 
 
 def all_outliers(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, tol=1e-12, max_steps=60,
                  damping=0.5, solver="newton", bisections=44, substeps=2, level=None, probe_steps=PROBE_STEPS,
-                 probe_patience=PROBE_PATIENCE, throw=True) -> OutlierResult:
+                 probe_patience=PROBE_PATIENCE, search="secant", throw=True) -> OutlierResult:
     """Every outlier on ``side`` along the hard subspace, one per eigenvalue branch of ``A``.
 
     ``A(λ)`` is (h m)×(h m) and each of its eigenvalues decreases strictly in λ outside the
@@ -222,23 +262,24 @@ def all_outliers(law: BlockLaw, delta, side="bottom", *, convention=None, n=None
     the bulk first; ``exists.sum()`` is the number of outliers. Arguments as in :func:`outlier`.
     """
     return _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
-                     probe_steps, throw, every_branch=True, probe_patience=probe_patience)
+                     probe_steps, throw, every_branch=True, probe_patience=probe_patience, search=search)
 
 
 def _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, bisections, substeps, level,
-              probe_steps, throw, every_branch, probe_patience=PROBE_PATIENCE):
+              probe_steps, throw, every_branch, probe_patience=PROBE_PATIENCE, search="secant"):
     what = "all_outliers" if every_branch else "outlier"
     if law.zeta is None:
         raise SpectralError(f"{what} needs the hard coordinates: build the law with zeta=... (the "
                             "coordinates of x along the hard directions, e.g. z[:, hard]).")
     _check_delta(delta)
     _check_probe_options(probe_steps, probe_patience)
+    _check_search(search)
     law_used, conv = _resolve_convention(law, side, convention, n, what)
     s = 0 if side == "bottom" else 1
     hm = law.zeta.shape[1] * law.m
     setting = dict(law=law_used.source, m=law.m, hard_dims=int(law.zeta.shape[1]), samples=law_used.size,
                    delta=_f(delta), side=side, solver=solver, bisections=bisections, max_steps=max_steps,
-                   probe_steps=min(probe_steps, max_steps), probe_patience=probe_patience,
+                   probe_steps=min(probe_steps, max_steps), probe_patience=probe_patience, search=search,
                    level=None if level is None else _f(level),
                    convention="strict" if conv == "strict-unbounded" else conv)
     if every_branch:
@@ -256,8 +297,8 @@ def _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, 
     lev = (jnp.inf if s == 0 else -jnp.inf) if level is None else level
     args = (for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver, bisections,
             substeps, jnp.asarray(lev, float), probe_steps)
-    out = (_all_outliers_core_jit(*args, jnp.arange(hm), probe_patience) if every_branch
-           else _outlier_core_jit(*args, 0, probe_patience))
+    out = (_all_outliers_core_jit(*args, jnp.arange(hm), probe_patience, search) if every_branch
+           else _outlier_core_jit(*args, 0, probe_patience, search))
     res = OutlierResult(*out, side=side, convention=conv, setting=setting)
     check_status(res.status, f"{what}(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))
     return res

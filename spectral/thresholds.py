@@ -38,6 +38,7 @@ its message when it is below ``MIN_PATHS_PER_N`` (measured: ``benchmarks/bench_f
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 import warnings
 from typing import Callable, Optional
@@ -111,6 +112,15 @@ def _law_at(problem, traj_i, t, delta, convention, d):
             raise SpectralError("convention='finite-n' needs the dimension d (n = delta*d samples); pass d=...")
         law = truncate_fixed_shape(law, int(round(delta * d)))
     return law, unbounded_below
+
+
+def outlier_solver_defaults() -> dict:
+    """The solver options every outlier solve of :func:`delta_star` uses (those of
+    :func:`spectral.outlier`, read from its signature: search, bisections, tolerances, probe rules), for
+    the provenance of a result."""
+    skip = ("side", "convention", "n", "level", "throw")
+    return {k: v.default for k, v in inspect.signature(outlier).parameters.items()
+            if v.default is not inspect.Parameter.empty and k not in skip}
 
 
 def negative_level(problem, level="auto"):
@@ -441,7 +451,8 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     setting = dict(grid=grid.tolist(), refine_grid=fine.tolist(), lr=float(np.asarray(lr).mean()), steps=int(steps),
                    times=list(times), paths=int(paths), repeats=int(repeats), convention=convention, d=d,
                    stationarity_tol=stationarity_tol, level=negative_level(problem, level),
-                   criterion=_criterion(problem, level, min_cosine2), min_cosine2=min_cosine2)
+                   criterion=_criterion(problem, level, min_cosine2), min_cosine2=min_cosine2,
+                   outlier_solver=outlier_solver_defaults())
     diag = dict(train_error_change_last_half=tr_change, delta_star_change_last_half=ds_change,
                 period_two_oscillation=osc.tolist(), oscillation_alternation=osc_alt.tolist(),
                 oscillation_amplitude=osc_amp.tolist(),

@@ -160,6 +160,8 @@ def test_cli_delta_nn_json(tmp_path):
     for key in ("delta_nn", "delta_nn_stderr", "edge_convention", "setting", "diagnostics"):
         assert key in payload
     assert payload["edge_convention"] == "finite-n" and 2.0 <= payload["delta_nn"] <= 16.0
+    assert payload["setting"]["outlier_solver"]["search"] == "secant"        # the outlier solves' options
+    assert payload["setting"]["outlier_solver"]["bisections"] == 44
     # an unconverged first phase still reports (exit 0, the issue's contract): its JSON says why there
     # is no δ_NN (delta_nn null, complete false) next to the δ*(t) curve; --strict makes it exit 1
     out2 = tmp_path / "o2.json"
