@@ -1099,3 +1099,23 @@ def test_window_plateau_rows_reject_a_broken_field_factor():
     (broken,) = accuracy_rows(S, bad, gd)
     assert not broken["agree"] and "field factor broke" in broken["tolerance_rule"]
     assert "key 1 from step 595" in broken["note"]
+
+
+def test_committed_bracket_search_is_consistent():
+    """bench_bracket_search: the summary, accuracy and performance rows rebuild from the stored per-law
+    results of both searches; every law has the same existence decision; the secant search used fewer
+    Newton steps on every law and fewer than 44 edge probes."""
+    from benchmarks.bench_bracket_search import accuracy_rows, performance_rows, summary
+
+    for res in (_load("bracket_search"), json.loads((RESULTS / "quick" / "bracket_search.json").read_text())):
+        rows, data = res["data"]["rows"], res["data"]
+        summ = summary(rows)
+        assert_same_json(summ, data["summary"])
+        assert_same_json(accuracy_rows(summ), res["accuracy"])
+        n_perf = len(performance_rows(summ))
+        assert_same_json(performance_rows(summ), res["performance"][:n_perf])
+        assert all(a["agree"] for a in res["accuracy"])
+        for r in rows:
+            b, s = r["bisection"], r["secant"]
+            assert b["probes"] == 44 and s["probes"] < 44 and s["iterations"] < b["iterations"], r["case"]
+            assert s["bracket"] <= b["bracket"] * (1 + 1e-9) + 1e-15, r["case"]       # the same final tolerance
