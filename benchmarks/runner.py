@@ -1,8 +1,9 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
 Three sizes (``MODES``): ``quick`` (~12 min for the whole suite on a 2-core CPU with two worker
-processes sharing a work queue: 729 s with 48 benchmarks in session 41 (792 s of compilation in 1425 s of
-summed wall); 764 s with 45 benchmarks in session 38, 875 s of XLA compilation in
+processes sharing a work queue: 733 s with 49 benchmarks in session 42 (839 s of compilation in 1429 s of
+summed wall; the secant outlier search cut the non-compilation part 633 → 590 s); 729 s with 48 in session 41
+(792 s of compilation in 1425 s); 764 s with 45 benchmarks in session 38, 875 s of XLA compilation in
 1496 s of summed benchmark wall, the new ``finite_n_edge_law`` 53 s of it and unrelated benchmarks
 10–20 % slower than the session before (e.g. ``flows`` 68 → 84 s); 672 s with 44 benchmarks in
 session 37 (763 s of compilation in 1317 s); 683 s that day with fixed longest-first shares; after the faster edge
@@ -16,8 +17,8 @@ included); 735 s with 29 on 2026-12-03; 860 s before the outlier-solve speed-up 
 with 25 in one process (``--jobs 1``). Every JSON records its compilation time (``compile``);
 compilation is most of what is left (e.g. 43 s of 81 s of ``design`` alone; 45 of 78 s
 of ``dmft``; 391 programs in ``flows``). ``standard``
-(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~24.0 h
-in one process, the sum of the committed runs' walls, 48 benchmarks from 27 s to 107 min (2026-12-06): rerun them
+(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~24.1 h
+in one process, the sum of the committed runs' walls, 49 benchmarks from 27 s to 107 min (2026-12-06): rerun them
 one at a time with ``--only``) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
 

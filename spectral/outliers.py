@@ -48,7 +48,8 @@ import jax.numpy as jnp
 
 from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
 from .law import BlockLaw, for_jit
-from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_search, _check_probe_options, _far_point, _f, _real_point,
+from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_probe_options, _check_search, _far_point, _f,
+                        _real_point,
                         _resolve_convention, _sym, _edge_core_B, _linearization_from_B, blocks_B, far_start)
 
 
@@ -152,28 +153,29 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
         wtol = jnp.abs(b - a) * 2.0 ** (-bisections)
 
         def cond(c):
-            return (jnp.abs(c[1] - c[0]) > wtol) & (c[10] < 2 * bisections)
+            return (jnp.abs(c["b"] - c["a"]) > wtol) & (c["k"] < 2 * bisections)
 
         def body(c):
-            a, b, Sa, Sb, Ba, Bb, it, fa, fb, side_kept, k, w1, w2, w3 = c
+            a, b, fa, fb = c["a"], c["b"], c["fa"], c["fb"]
             w = b - a
-            lam = b - fb * w / (fb - fa)
+            lam = b - fb * w / (fb - fa)                 # false position
             frac = (lam - a) / w
-            use = jnp.isfinite(frac) & (frac > 0) & (frac < 1) & (jnp.abs(w) <= 0.5 * w3) & (k < bisections)
+            use = jnp.isfinite(frac) & (frac > 0) & (frac < 1) & (jnp.abs(w) <= 0.5 * c["w3"]) & (c["k"] < bisections)
             lam = jnp.where(use, lam, a + 0.5 * w)
-            f, S, B, its = evaluate(lam, a, b, Sa, Sb, Ba, Bb)
-            go_far = f > 0                           # the new point replaces the far end
-            kept = jnp.where(go_far, 1, -1)          # which end stayed: +1 the edge end b, −1 the far end a
-            fa2 = jnp.where(go_far, f, jnp.where(side_kept == -1, 0.5 * fa, fa))
-            fb2 = jnp.where(go_far, jnp.where(side_kept == 1, 0.5 * fb, fb), f)
-            a, Sa, Ba = jnp.where(go_far, lam, a), jnp.where(go_far, S, Sa), jnp.where(go_far, B, Ba)
-            b, Sb, Bb = jnp.where(go_far, b, lam), jnp.where(go_far, Sb, S), jnp.where(go_far, Bb, B)
-            return (a, b, Sa, Sb, Ba, Bb, it + its, fa2, fb2, kept, k + 1, jnp.abs(b - a), w1, w2)
+            f, S, B, its = evaluate(lam, a, b, c["Sa"], c["Sb"], c["Ba"], c["Bb"])
+            go_far = f > 0                               # the new point replaces the far end a
+            kept = jnp.where(go_far, 1, -1)              # which end stayed: +1 the edge end b, −1 the far end a
+            fa2 = jnp.where(go_far, f, jnp.where(c["kept"] == -1, 0.5 * fa, fa))     # Illinois: halve an end
+            fb2 = jnp.where(go_far, jnp.where(c["kept"] == 1, 0.5 * fb, fb), f)      # kept twice in a row
+            a2, b2 = jnp.where(go_far, lam, a), jnp.where(go_far, b, lam)
+            return dict(a=a2, b=b2, Sa=jnp.where(go_far, S, c["Sa"]), Sb=jnp.where(go_far, c["Sb"], S),
+                        Ba=jnp.where(go_far, B, c["Ba"]), Bb=jnp.where(go_far, c["Bb"], B), it=c["it"] + its,
+                        fa=fa2, fb=fb2, kept=kept, k=c["k"] + 1, w1=jnp.abs(b2 - a2), w2=c["w1"], w3=c["w2"])
 
         w0 = jnp.abs(b - a)
-        c = jax.lax.while_loop(cond, body, (a, b, Sa, Sb, Ba, Bb, it, fa, fb, jnp.asarray(0), jnp.asarray(0), w0,
-                                            4 * w0, 4 * w0))
-        return c[:7]
+        c = jax.lax.while_loop(cond, body, dict(a=a, b=b, Sa=Sa, Sb=Sb, Ba=Ba, Bb=Bb, it=it, fa=fa, fb=fb,
+                                                kept=jnp.asarray(0), k=jnp.asarray(0), w1=w0, w2=4 * w0, w3=4 * w0))
+        return tuple(c[q] for q in ("a", "b", "Sa", "Sb", "Ba", "Bb", "it"))
 
     def locate(_):
         S_far, _, _, _, _, B_far = _real_point(law, far, delta, far_start(law, far), side, tol, max_steps, damping,

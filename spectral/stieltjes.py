@@ -518,7 +518,9 @@ def bulk_edge(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, t
     (converged, ``S`` definite, ``ρ(dF/dS) < 1``), until the bracket is 2^-bisections of the initial
     one. ``search``: "secant" (default; probes aimed at the zero of (1 − ρ)², linear at a
     square-root edge, with bisection safeguards: 18–30 probes instead of 44 and 2× fewer Newton steps
-    on 55 laws, the edge within 3.3e-12 of the bisection's; see ``SEARCHES`` and docs/spectral.md) or "bisection" (the midpoint every time, ``bisections`` probes). ``convention``: None (error if the side is
+    on 55 laws, the edge within 3.3e-12 of the bisection's; see ``SEARCHES``, docs/spectral.md and
+    ``benchmarks/bench_bracket_search.py``) or "bisection" (the midpoint every time, ``bisections``
+    probes). ``convention``: None (error if the side is
     unbounded), "strict" (edge = ∓inf on an unbounded side, status UNBOUNDED_SUPPORT),
     "finite-n" (law truncated at its 1 − 1/n quantile, :func:`spectral.truncate`).
     ``probe_steps``: Newton steps per bisection probe (``PROBE_STEPS``), ``max_steps`` for the
