@@ -131,6 +131,10 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
     # f(λ) = sgn·μ_ext(A(λ)) on the bracket [a, b] = [far (f > 0), cut (f < 0)]; the real S(λ) at a
     # new point is warm-started from the bracket end nearest in λ (both ends are on the physical branch)
     def evaluate(lam, a, b, Sa, Sb, Ba, Bb):
+        # no root (only reached under all_outliers' vmap, where the lax.cond below is a select and this
+        # branch's result is discarded): solve at the cut, which converges at once, not at a point far
+        # from both ends, which would cost every batched step the full max_steps
+        lam = jnp.where(exists, lam, b)
         near_a = jnp.abs(lam - a) < jnp.abs(lam - b)
         S0, B0 = jnp.where(near_a, Sa, Sb), jnp.where(near_a, Ba, Bb)
         S, its, res, _, ok, B = _real_point(law, lam, delta, S0, side, tol, max_steps, damping, solver, B0=B0)
@@ -152,8 +156,10 @@ def _outlier_core(law, delta, side, tol, max_steps, damping, solver, bisections,
         # over three steps, and after ``bisections`` steps (so at most 2·bisections steps)
         wtol = jnp.abs(b - a) * 2.0 ** (-bisections)
 
+        # ``exists`` in the condition: under ``all_outliers``' vmap over branches the ``lax.cond`` below is a
+        # select, so a branch without a root would otherwise run the search to the slowest branch's end
         def cond(c):
-            return (jnp.abs(c["b"] - c["a"]) > wtol) & (c["k"] < 2 * bisections)
+            return exists & (jnp.abs(c["b"] - c["a"]) > wtol) & (c["k"] < 2 * bisections)
 
         def body(c):
             a, b, fa, fb = c["a"], c["b"], c["fa"], c["fb"]
