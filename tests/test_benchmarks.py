@@ -1119,3 +1119,22 @@ def test_committed_bracket_search_is_consistent():
             b, s = r["bisection"], r["secant"]
             assert b["probes"] == 44 and s["probes"] < 44 and s["iterations"] < b["iterations"], r["case"]
             assert s["bracket"] <= b["bracket"] * (1 + 1e-9) + 1e-15, r["case"]       # the same final tolerance
+
+
+def test_committed_seed_claim_key_statistics():
+    """bench_seed_claim: δ*(t) per setting is the mean ± s.e. over the keys with a root (rebuilt from the
+    stored per-key values), the first-phase flags are the largest changes over the keys, and key 0 is the
+    one-key run committed before session 42 (its δ*(t) within 0.02: the secant search moves margins ~1e-6)."""
+    from benchmarks.bench_seed_claim import key_stats
+
+    before = {("gelu", 0): [5.45, 8.54, 12.56], ("quadratic", 0): [3.05, 3.65, 3.61]}
+    for res in (_load("seed_claim"), json.loads((RESULTS / "quick" / "seed_claim.json").read_text())):
+        for i, row in enumerate(res["data"]["table"]):
+            mean, se, n = key_stats(row["delta_star_per_key"])
+            np.testing.assert_allclose(row["delta_star"], mean, rtol=1e-12, equal_nan=True)
+            np.testing.assert_allclose(row["delta_star_stderr"], se, rtol=1e-12, equal_nan=True)
+            assert row["keys_with_root"] == n.tolist() and len(row["delta_star_per_key"]) == res["setting"]["keys"]
+            assert row["train_change_last_half"] == max(row["train_change_per_key"])
+            assert row["first_phase_converged"] == (row["train_change_last_half"] < 0.02 and row["V_change_last_half"] < 0.02)
+            if res["setting"]["steps"] == 96 and i % 4 == 0:          # the standard run's CLI-default rows
+                np.testing.assert_allclose(row["delta_star_per_key"][0], before[(row["activation"], 0)], atol=0.02)
