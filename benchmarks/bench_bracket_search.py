@@ -37,6 +37,7 @@ from dmft import activations
 from spectral.thresholds import _law_at, _slice
 
 from .bench_delta_star_trend import problem as pr_problem
+from .bench_spectral import toy_D
 from .bench_spectral_dmft_state import problem as huber_problem
 
 NAME = "bracket_search"
@@ -63,14 +64,11 @@ def settings(mode: str) -> dict:
 
 
 def toy_law(m: int, samples: int, key: int):
-    """The toy law of tests/test_spectral_bulk.py (m = 2), its (0, 0) corner (m = 1) or an m = 3 extension."""
+    """The toy law of ``bench_spectral.toy_D`` (m = 2), its (0, 0) corner (m = 1) or an m = 3 extension."""
     k1, k2 = jax.random.split(jax.random.key(key))
     zeta = jax.random.normal(k1, (samples,))
     u = jax.random.normal(k2, (samples, 2))
-    al = 1.0 - 3.0 * jnp.tanh(jnp.maximum(zeta**2 - 1.0, 0.0))
-    be = 0.3 * jnp.tanh(u[:, 0])
-    ga = 1.0 + 0.5 * jnp.tanh(u[:, 1])
-    D2 = jnp.stack([jnp.stack([al, be], -1), jnp.stack([be, ga], -1)], -2)
+    D2 = toy_D(zeta, u)
     if m == 1:
         D = D2[:, :1, :1]
     elif m == 2:
