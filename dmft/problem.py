@@ -325,7 +325,13 @@ def check_finite_maps(problem: Problem, key=None, samples: int = 256):
     """Evaluate link, readout, loss and their derivatives on Gaussian inputs at the initial
     state; raise :class:`ProblemError` naming which returned non-finite values."""
     key = jax.random.key(7) if key is None else key
-    y, checks = _finite_map_values(problem, key, samples)
+    # the draws outside the checked program: they compile once per shape for every problem, and the
+    # straight-line Threefry (dmft/threefry_cpu.py) fused into the loss made this program 3x slower to compile
+    kz, ke, kr = jax.random.split(key, 3)
+    z = jax.random.normal(kz, (samples, problem.k))
+    eps = problem.teacher.sample_noise(ke, (samples,))
+    g = jax.random.normal(kr, (samples, problem.m))
+    y, checks = _finite_map_values(problem, z, eps, g)
     if not np.all(np.isfinite(np.asarray(y))):
         raise ProblemError(
             "Teacher.link returned non-finite labels on Gaussian inputs "
@@ -342,15 +348,13 @@ def check_finite_maps(problem: Problem, key=None, samples: int = 256):
 
 
 @eqx.filter_jit
-def _finite_map_values(problem: Problem, key, samples: int):
+def _finite_map_values(problem: Problem, z, eps, g):
     """The values :func:`check_finite_maps` inspects, in one compiled program per problem
     structure (eager op-by-op autodiff cost ~0.65 s per call; measured 17 s of a quick
-    ``design_gd`` run, 27 calls)."""
-    kz, ke, kr = jax.random.split(key, 3)
-    z = jax.random.normal(kz, (samples, problem.k))
-    eps = problem.teacher.sample_noise(ke, (samples,))
+    ``design_gd`` run, 27 calls), from standard normal ``z`` (samples, k), ``g`` (samples, m)
+    and the teacher's noise ``eps``."""
     y = problem.teacher.labels(z, eps)
-    r = jax.random.normal(kr, (samples, problem.m)) @ jnp.linalg.cholesky(jnp.asarray(problem.init.q0)).T
+    r = g @ jnp.linalg.cholesky(jnp.asarray(problem.init.q0)).T
     r = r + z @ problem.init.overlap
     a = problem.student.second_layer
     checks = {

@@ -6,6 +6,7 @@ Models are callables H(params, X) -> (n,) over parameter pytrees; use the constr
 `init(key, d_in)` for random starts, or wrap your own with `Model(fn, params_like)` /
 pass `params_like=` to the tools.
 """
+import dmft as _dmft  # noqa: F401  (before any computation: the CPU compile settings of dmft/xla_flags.py, dmft/threefry_cpu.py)
 import jax
 
 jax.config.update("jax_enable_x64", True)
