@@ -1138,3 +1138,28 @@ def test_committed_seed_claim_key_statistics():
             assert row["first_phase_converged"] == (row["train_change_last_half"] < 0.02 and row["V_change_last_half"] < 0.02)
             if res["setting"]["steps"] == 96 and i % 4 == 0:          # the standard run's CLI-default rows
                 np.testing.assert_allclose(row["delta_star_per_key"][0], before[(row["activation"], 0)], atol=0.02)
+
+
+def test_committed_threefry_cpu_is_consistent():
+    """bench_threefry_cpu (standard and quick): every rule drew the looped rule's bits, the fenced rule left
+    the simulate / solve / stationary outputs bit-identical, and each performance row is the median of its
+    stored compile times."""
+    for res in (_load("threefry_cpu"), json.loads((RESULTS / "quick" / "threefry_cpu.json").read_text())):
+        d = res["data"]
+        assert d["status"] == "applied"
+        assert all(all(v.values()) for v in d["bits_identical"].values()) and set(d["bits_identical"]) == {"straight", "fenced"}
+        assert all(v == 0.0 for v in d["max_abs_difference"]["fenced"].values())
+        comp = d["compile_s"]
+        rows = {r["what"]: r for r in res["performance"]}
+        total = {r: 0.0 for r in ("looped", "straight", "fenced")}
+        for name, by_rule in comp.items():
+            med = {r: float(np.median(v)) for r, v in by_rule.items()}
+            assert all(len(v) == res["setting"]["repeats"] for v in by_rule.values())
+            row = rows[f"compile time, {name}: looped / fenced Threefry (CPU)"]
+            assert row["value"] == pytest.approx(med["fenced"], rel=1e-12)
+            assert row["ratio"] == pytest.approx(med["looped"] / med["fenced"], rel=1e-12)
+            for r in total:
+                total[r] += med[r]
+        row = rows[f"compile time, all {len(comp)} programs: looped / fenced Threefry (CPU)"]
+        assert row["value"] == pytest.approx(total["fenced"], rel=1e-12)
+        assert row["ratio"] == pytest.approx(total["looped"] / total["fenced"], rel=1e-12)
