@@ -33,12 +33,10 @@ The runner adds provenance (versions, device, date, mode, wall time), writes
 
 from __future__ import annotations
 
-import datetime
 import importlib
 import json
 import os
 import pathlib
-import platform
 import sys
 import time
 import traceback
@@ -61,26 +59,12 @@ def discover() -> list[str]:
 
 
 def provenance(mode: str) -> dict:
-    import jax
+    """``dmft.provenance.software()`` (versions, device, deltann's process settings) with the run's mode,
+    the number of benchmark processes sharing the machine, and what this runner's XLA-flag call did."""
+    from dmft.provenance import software
 
-    import dmft
-
-    devs = jax.devices()
-    return dict(
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        mode=mode,
-        python=platform.python_version(),
-        jax=jax.__version__,
-        platform=devs[0].platform,
-        device=str(devs[0].device_kind),
-        device_count=len(devs),
-        machine=platform.machine(),
-        cpu_count=os.cpu_count(),
-        concurrent_benchmark_processes=int(os.environ.get(JOBS_ENV, "1")),
-        xla_flags=os.environ.get("XLA_FLAGS", ""),
-        xla_flags_deltann=XLA_FLAGS_STATUS,
-        threefry_cpu_lowering=dmft.THREEFRY_STATUS,     # dmft/threefry_cpu.py: the same bits either way
-    )
+    return dict(software(), mode=mode, concurrent_benchmark_processes=int(os.environ.get(JOBS_ENV, "1")),
+                xla_flags_deltann=XLA_FLAGS_STATUS)
 
 
 def _jsonable(x):

@@ -19,6 +19,13 @@ def _root():
     fast_cpu_compile()  # before any computation: faster XLA CPU compilation (dmft/xla_flags.py)
 
 
+def provenance() -> dict:
+    """Software and machine of a JSON written by the command (the options are in its ``setting``)."""
+    from .provenance import software
+
+    return software()
+
+
 def demo_problem():
     import jax.numpy as jnp
 
@@ -88,7 +95,7 @@ def demo(
     fig.savefig(out, dpi=120)
     typer.echo(f"figure written to {out.resolve()}")
     if json_out is not None:
-        json_out.write_text(json.dumps(dict(setting=dict(traj=traj.setting, sim=sim.setting),
+        json_out.write_text(json.dumps(dict(provenance=provenance(), setting=dict(traj=traj.setting, sim=sim.setting),
                                             dmft=dict(train=tr.tolist(), test=te.tolist(), overlap=ov.tolist()),
                                             gd=dict(train=str_.tolist(), test=ste.tolist(), overlap=sov.tolist(),
                                                     train_se=etr.tolist(), test_se=ete.tolist(), overlap_se=eov.tolist())), indent=1))
@@ -365,6 +372,7 @@ def delta_nn(
                                            lr=lr, steps=steps, d=d, seed=seed, ridge=ridge, criterion_option=criterion,
                                            min_cosine2=min_cosine2)},
             diagnostics={**res.diagnostics, **dict(status=res.status, message=res.message, wall_s=wall)},
+            provenance=provenance(),
         )
         if law_d is not None:
             payload["success_law"] = law_payload
@@ -398,6 +406,8 @@ def simulate_cmd(
     plot: pathlib.Path = typer.Option(None, "--plot"),
 ):
     """GD success curves (hard-subspace overlap > 0.5 at the end) against δ, per d."""
+    import numpy as np
+
     try:
         import jax
 
@@ -414,7 +424,9 @@ def simulate_cmd(
         for dim in bar:
             results[dim] = success_curve(problem, dim, g, lr=lr, steps=steps, seeds=seeds, key=jax.random.key(seed + dim))
     for dim, sc in results.items():
-        typer.echo(f"d={dim}: success {sc.success.tolist()} at δ={g}; 50% point {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f}")
+        where = (f"50% point {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f}" if np.isfinite(sc.delta_50) else
+                 "the grid does not bracket 50% success (no 50% point; widen --grid)")
+        typer.echo(f"d={dim}: success {sc.success.tolist()} at δ={g}; {where}")
     if plot is not None:
         import matplotlib
 
@@ -430,8 +442,10 @@ def simulate_cmd(
         fig.tight_layout()
         fig.savefig(plot, dpi=110)
     if json_out is not None:
-        payload = {str(dim): dict(success=sc.success.tolist(), delta_50=sc.delta_50, delta_50_stderr=sc.delta_50_stderr,
+        fin = lambda v: float(v) if np.isfinite(v) else None      # strict JSON: null where the grid does not bracket 1/2
+        payload = {str(dim): dict(success=sc.success.tolist(), delta_50=fin(sc.delta_50), delta_50_stderr=fin(sc.delta_50_stderr),
                                   setting=sc.setting) for dim, sc in results.items()}
+        payload["provenance"] = provenance()        # next to the per-d entries (keys: d as a string)
         json_out.write_text(json.dumps(payload, indent=1))
 
 
@@ -520,7 +534,8 @@ def design_cmd(
         fig.tight_layout()
         fig.savefig(plot, dpi=110)
     if json_out is not None:
-        json_out.write_text(json.dumps(dict(family=family, history=res.history, status=res.status, message=res.message,
+        json_out.write_text(json.dumps(dict(provenance=provenance(), family=family, history=res.history, status=res.status,
+                                            message=res.message,
                                             setting=dict(res.setting, target="y = z1 + z2^2 - 1", loss=f"pseudo-Huber {loss_width}",
                                                          ridge=ridge, criterion=criterion, seed=seed, delta0=delta0)),
                                        indent=1, default=lambda o: np.asarray(o).tolist()))

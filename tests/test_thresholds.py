@@ -162,6 +162,9 @@ def test_cli_delta_nn_json(tmp_path):
     assert payload["edge_convention"] == "finite-n" and 2.0 <= payload["delta_nn"] <= 16.0
     assert payload["setting"]["outlier_solver"]["search"] == "secant"        # the outlier solves' options
     assert payload["setting"]["outlier_solver"]["bisections"] == 44
+    prov = payload["provenance"]                                                # software and machine
+    assert prov["jax"] == jax.__version__ and prov["x64"] is True and prov["deltann"]
+    assert prov["threefry_cpu_lowering"] == dmft.THREEFRY_STATUS and prov["platform"] == jax.devices()[0].platform
     # an unconverged first phase still reports (exit 0, the issue's contract): its JSON says why there
     # is no δ_NN (delta_nn null, complete false) next to the δ*(t) curve; --strict makes it exit 1
     out2 = tmp_path / "o2.json"
@@ -322,3 +325,18 @@ def test_cosine_cut_criterion():
     from spectral.thresholds import _criterion
     assert _criterion(P, "auto", 0.1) == ("outlier below min(bulk edge, 0) (a negative eigenvalue of the Hessian incl. "
                                          "ridge 0) whose squared cosine with the hard subspace is >= 0.1")  # not "-0"
+
+
+def test_cli_simulate_json_is_strict(tmp_path):
+    """``deltann simulate``: a grid that never reaches 50% success gives null (not NaN, which is not JSON) and
+    says so; the JSON carries the software provenance next to the per-d entries."""
+    out = tmp_path / "s.json"
+    r = runner.invoke(app, ["simulate", "--steps", "20", "--grid", "2,4", "--d", "50", "--seeds", "2", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "does not bracket 50% success" in r.output
+    text = out.read_text()
+    assert "NaN" not in text
+    payload = json.loads(text)
+    assert payload["50"]["delta_50"] is None and payload["50"]["delta_50_stderr"] is None
+    assert payload["50"]["success"] == [0.0, 0.0]
+    assert payload["provenance"]["jax"] == jax.__version__ and payload["provenance"]["x64"] is True

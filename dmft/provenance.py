@@ -1,0 +1,33 @@
+"""Where a result came from: software versions, device and the process-wide settings of deltann
+(float64, ``dmft/xla_flags.py``, ``dmft/threefry_cpu.py``). Recorded in the JSON of every ``deltann``
+command and every benchmark (``benchmarks/runner.py`` adds the run's mode and worker count)."""
+
+from __future__ import annotations
+
+
+def software() -> dict:
+    """Date, deltann / JAX / jaxlib / Python versions, device, CPU count, float64, ``XLA_FLAGS`` and what
+    ``dmft/xla_flags.py`` and ``dmft/threefry_cpu.py`` did (they change compile time, not the numbers: the
+    Threefry lowering draws the same bits)."""
+    import datetime
+    import importlib.metadata
+    import os
+    import platform
+
+    import jax
+
+    import dmft
+
+    def version(name):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    dev = jax.devices()
+    return dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                deltann=version("deltann"), jax=jax.__version__, jaxlib=version("jaxlib"),
+                python=platform.python_version(), platform=dev[0].platform, device=str(dev[0].device_kind),
+                device_count=len(dev), machine=platform.machine(), cpu_count=os.cpu_count(),
+                x64=bool(jax.config.jax_enable_x64), xla_flags=os.environ.get("XLA_FLAGS", ""),
+                xla_flags_deltann=dmft.XLA_FLAGS_STATUS, threefry_cpu_lowering=dmft.THREEFRY_STATUS)
