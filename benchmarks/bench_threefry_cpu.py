@@ -101,15 +101,6 @@ def _cases(S):
                 flows_init=flows_init)
 
 
-def _bits(key):
-    k1, k2, k3 = jax.random.split(key, 3)
-    keys = jax.vmap(lambda s: jax.random.fold_in(k3, s))(jnp.arange(5))
-    return dict(bits=jax.random.bits(k1, (257, 3), dtype=jnp.uint32), split=jax.random.key_data(jax.random.split(k2, 7)),
-                normal64=jax.random.normal(k1, (300, 7), dtype=jnp.float64),
-                normal32=jax.random.normal(k2, (129,), dtype=jnp.float32),
-                vmapped=jax.vmap(lambda k: jax.random.normal(k, (33, 4)))(keys))
-
-
 def run(mode: str, outdir: pathlib.Path) -> dict:
     import matplotlib
 
@@ -117,7 +108,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     import matplotlib.pyplot as plt
 
     import dmft
-    from dmft.threefry_cpu import register_cpu_lowering
+    from dmft.threefry_cpu import reference_draws, register_cpu_lowering
 
     from .runner import _COMPILE
 
@@ -141,7 +132,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                 register_cpu_lowering(rule)
                 if rep == 0:
                     jax.clear_caches()
-                    bits[rule] = jax.tree.map(np.asarray, jax.jit(_bits)(jax.random.key(20261206)))
+                    bits[rule] = jax.tree.map(np.asarray, jax.jit(reference_draws)(jax.random.key(20261206)))
                 for name, f in cases.items():
                     jax.clear_caches()
                     c0, t0 = _COMPILE.seconds(), time.perf_counter()

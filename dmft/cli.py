@@ -8,6 +8,8 @@ import time
 
 import typer
 
+from .provenance import software  # every --json file's software and machine (its options: its ``setting``)
+
 app = typer.Typer(add_completion=False, help="deltann: DMFT, Hessian spectra and thresholds of two-layer networks.")
 
 
@@ -17,13 +19,6 @@ def _root():
     from .xla_flags import fast_cpu_compile
 
     fast_cpu_compile()  # before any computation: faster XLA CPU compilation (dmft/xla_flags.py)
-
-
-def provenance() -> dict:
-    """Software and machine of a JSON written by the command (the options are in its ``setting``)."""
-    from .provenance import software
-
-    return software()
 
 
 def demo_problem():
@@ -95,7 +90,7 @@ def demo(
     fig.savefig(out, dpi=120)
     typer.echo(f"figure written to {out.resolve()}")
     if json_out is not None:
-        json_out.write_text(json.dumps(dict(provenance=provenance(), setting=dict(traj=traj.setting, sim=sim.setting),
+        json_out.write_text(json.dumps(dict(provenance=software(), setting=dict(traj=traj.setting, sim=sim.setting),
                                             dmft=dict(train=tr.tolist(), test=te.tolist(), overlap=ov.tolist()),
                                             gd=dict(train=str_.tolist(), test=ste.tolist(), overlap=sov.tolist(),
                                                     train_se=etr.tolist(), test_se=ete.tolist(), overlap_se=eov.tolist())), indent=1))
@@ -372,7 +367,7 @@ def delta_nn(
                                            lr=lr, steps=steps, d=d, seed=seed, ridge=ridge, criterion_option=criterion,
                                            min_cosine2=min_cosine2)},
             diagnostics={**res.diagnostics, **dict(status=res.status, message=res.message, wall_s=wall)},
-            provenance=provenance(),
+            provenance=software(),
         )
         if law_d is not None:
             payload["success_law"] = law_payload
@@ -445,7 +440,7 @@ def simulate_cmd(
         fin = lambda v: float(v) if np.isfinite(v) else None      # strict JSON: null where the grid does not bracket 1/2
         payload = {str(dim): dict(success=sc.success.tolist(), delta_50=fin(sc.delta_50), delta_50_stderr=fin(sc.delta_50_stderr),
                                   setting=sc.setting) for dim, sc in results.items()}
-        payload["provenance"] = provenance()        # next to the per-d entries (keys: d as a string)
+        payload["provenance"] = software()        # next to the per-d entries (keys: d as a string)
         json_out.write_text(json.dumps(payload, indent=1))
 
 
@@ -534,7 +529,7 @@ def design_cmd(
         fig.tight_layout()
         fig.savefig(plot, dpi=110)
     if json_out is not None:
-        json_out.write_text(json.dumps(dict(provenance=provenance(), family=family, history=res.history, status=res.status,
+        json_out.write_text(json.dumps(dict(provenance=software(), family=family, history=res.history, status=res.status,
                                             message=res.message,
                                             setting=dict(res.setting, target="y = z1 + z2^2 - 1", loss=f"pseudo-Huber {loss_width}",
                                                          ridge=ridge, criterion=criterion, seed=seed, delta0=delta0)),

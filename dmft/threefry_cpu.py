@@ -10,13 +10,13 @@ slowly. Three rules, measured by ``benchmarks/bench_threefry_cpu.py`` (committed
 ``benchmarks/results/threefry_cpu.json``: jaxlib 0.10.2, 2-core CPU, session 43, median compile time of 3
 repeats, looped / straight / fenced):
 
-- looped (JAX's CPU default): three vmapped normal draws 0.85 s; ``dmft.simulate`` (m = 2, d = 200)
-  2.08 s; m = 1 ``dmft.stationary`` 3.25 s; a ``flows`` random start 0.42 s;
-- straight, the rounds alone: 0.34 / 1.36 / 5.22 / 1.10 s. Fast where the draws feed a matrix product
+- looped (JAX's CPU default): three vmapped normal draws 0.93 s; ``dmft.simulate`` (m = 2, d = 200)
+  2.38 s; m = 1 ``dmft.stationary`` 4.05 s; a ``flows`` random start 0.47 s;
+- straight, the rounds alone: 0.42 / 1.61 / 5.42 / 1.29 s. Fast where the draws feed a matrix product
   (simulate's data X), but XLA then fuses whole hash chains into every elementwise consumer (the m = 1
-  stationary DMFT, where every operation is elementwise: 1.6x slower than looped);
+  stationary DMFT, where every operation is elementwise: 1.3–1.6x slower than looped in two runs);
 - fenced, the rounds then a conditional whose predicate is false for every key and whose dead branch
-  swaps the two output words: 0.45 / 1.59 / 3.39 / 0.30 s. XLA cannot prove the branch dead, keeps the
+  swaps the two output words: 0.51 / 1.74 / 3.74 / 0.31 s. XLA cannot prove the branch dead, keeps the
   conditional, and fuses nothing through it. (``lax.optimization_barrier`` is dropped by XLA's CPU
   pipeline, and a conditional with two identity branches is simplified away: both tried.)
 
@@ -47,16 +47,31 @@ OPT_OUT_ENV = "DELTANN_FAST_CPU_COMPILE"
 _STATUS = None                      # what the first call did (the registration is process-wide)
 
 
-def _lowerings():
-    """(primitive, straight-line rule, looped rule) from JAX's private module, or None."""
+def _threefry_module():
+    """JAX's private Threefry module if it has the names used here (primitive, straight-line hash, both
+    lowering rules), else None."""
     try:
         from jax._src.random import threefry2x32 as t
     except ImportError:  # pragma: no cover - other JAX layouts
         return None
     names = ("threefry2x32_p", "_threefry2x32_lowering", "_threefry2x32_lowering_rule", "_threefry2x32_cpu_lowering_rule")
-    if not all(hasattr(t, n) for n in names):  # pragma: no cover
-        return None
-    return tuple(getattr(t, n) for n in names[:1] + names[2:])
+    return t if all(hasattr(t, n) for n in names) else None
+
+
+def reference_draws(key) -> dict:
+    """Draws whose bytes must not depend on the lowering: raw bits, splits, fold_in, normal draws in both
+    precisions and under vmap (compared between rules by ``tests/test_threefry_cpu.py`` and
+    ``benchmarks/bench_threefry_cpu.py``)."""
+    import jax
+    import jax.numpy as jnp
+
+    k1, k2, k3 = jax.random.split(key, 3)
+    keys = jax.vmap(lambda s: jax.random.fold_in(k3, s))(jnp.arange(5))
+    return dict(bits=jax.random.bits(k1, (257, 3), dtype=jnp.uint32), split=jax.random.key_data(jax.random.split(k2, 7)),
+                normal64=jax.random.normal(k1, (300, 7), dtype=jnp.float64),
+                normal32=jax.random.normal(k2, (129,), dtype=jnp.float32),
+                uniform=jax.random.uniform(k3, (64, 2)),
+                vmapped=jax.vmap(lambda k: jax.random.normal(k, (33, 4)))(keys))
 
 
 def _fenced_rule(straight_hash):
@@ -64,7 +79,7 @@ def _fenced_rule(straight_hash):
     key, ``(key word >> 31) == 7``, whose dead branch swaps the two output words. XLA cannot prove the
     branch dead, so it keeps the conditional, and no consumer fuses the hash into itself. (Without the
     fence XLA fused whole hash chains into every elementwise consumer: m = 1 stationary DMFT programs
-    compiled 1.4-2x slower than with the loop. ``lax.optimization_barrier`` is dropped by XLA's CPU
+    compiled 1.3-2x slower than with the loop. ``lax.optimization_barrier`` is dropped by XLA's CPU
     pipeline, and a conditional with two identity branches is simplified away; both measured.)
     The live branch is the identity, so the bits are the straight-line hash's."""
     import jax
@@ -84,17 +99,15 @@ def register_cpu_lowering(rule: str) -> None:
     "looped" (JAX's own CPU default). For tests and A/B measurements; a program is lowered with the rule
     registered when it is compiled."""
     from jax._src.interpreters import mlir
-    from jax._src.random import threefry2x32 as t
 
-    low = _lowerings()
-    if low is None:  # pragma: no cover
+    t = _threefry_module()
+    if t is None:  # pragma: no cover
         raise RuntimeError("this JAX has no jax._src.random.threefry2x32 lowering rules to choose from")
-    prim, straight, looped = low
-    rules = dict(looped=lambda: looped, straight=lambda: straight,
+    rules = dict(looped=lambda: t._threefry2x32_cpu_lowering_rule, straight=lambda: t._threefry2x32_lowering_rule,
                  fenced=lambda: mlir.lower_fun(_fenced_rule(t._threefry2x32_lowering), multiple_results=True))
     if rule not in rules:
         raise ValueError(f"rule must be one of {sorted(rules)} (got {rule!r}).")
-    mlir.register_lowering(prim, rules[rule](), platform="cpu")
+    mlir.register_lowering(t.threefry2x32_p, rules[rule](), platform="cpu")
 
 
 def fenced_threefry_on_cpu(environ=None, jax_version: str | None = None) -> str:
@@ -115,7 +128,7 @@ def fenced_threefry_on_cpu(environ=None, jax_version: str | None = None) -> str:
             jax_version = jax.__version__
         if not jax_version.startswith(VERIFIED_JAX):
             status = f"jax {jax_version} not verified"
-        elif _lowerings() is None:  # pragma: no cover
+        elif _threefry_module() is None:  # pragma: no cover
             status = "private JAX names missing"
         else:
             status = "applied"

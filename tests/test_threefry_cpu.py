@@ -11,21 +11,7 @@ import numpy as np
 import pytest
 
 import dmft
-from dmft.threefry_cpu import OPT_OUT_ENV, VERIFIED_JAX, register_cpu_lowering, fenced_threefry_on_cpu
-
-
-def _draws(key):
-    """Raw bits, splits, fold_in, and normal/uniform draws in both precisions, some under vmap."""
-    k1, k2, k3 = jax.random.split(key, 3)
-    keys = jax.vmap(lambda s: jax.random.fold_in(k3, s))(jnp.arange(5))
-    return dict(
-        bits=jax.random.bits(k1, (257, 3), dtype=jnp.uint32),
-        split=jax.random.key_data(jax.random.split(k2, 7)),
-        normal64=jax.random.normal(k1, (300, 7), dtype=jnp.float64),
-        normal32=jax.random.normal(k2, (129,), dtype=jnp.float32),
-        uniform=jax.random.uniform(k3, (64, 2)),
-        vmapped=jax.vmap(lambda k: jax.random.normal(k, (33, 4)))(keys),
-    )
+from dmft.threefry_cpu import OPT_OUT_ENV, VERIFIED_JAX, fenced_threefry_on_cpu, reference_draws, register_cpu_lowering
 
 
 def _lowered(key=None) -> str:
@@ -52,7 +38,7 @@ def test_import_dmft_selects_the_fenced_rule_with_the_same_bits():
             register_cpu_lowering(rule)
             text = _lowered()
             assert ("stablehlo.while" in text) == (rule == "looped")      # (so the checks above can fail)
-            got[rule] = jax.tree.map(np.asarray, jax.jit(_draws)(key))
+            got[rule] = jax.tree.map(np.asarray, jax.jit(reference_draws)(key))
         with pytest.raises(ValueError, match="rule must be one of"):
             register_cpu_lowering("unrolled")
     finally:
