@@ -2,11 +2,13 @@
 # One prepared device run (see DEVELOPERS.md): the --full benchmarks on the GPU machine,
 # results written under $OUT (copied back to benchmarks/results/gpu/ and committed).
 # Usage on the device machine: bash benchmarks/gpu_run.sh NAME [NAME ...]
-# Plan for one device session (~15 min of device time in all; the image has jax 0.11 + CUDA,
-# equinox, optax, diffrax, optimistix, typer, scipy, matplotlib; matfree is optional):
+# Plan for one device session (~15 min of device time in all, start-up included; the device tool lends
+# an H100 (80 GB) by default, an H200 when named: bench_device picks the nominal limits of the model it
+# finds (NOMINAL). The image has jax 0.11 + CUDA, equinox, optax, diffrax, optimistix, typer, scipy,
+# matplotlib; matfree is optional):
 #   1. `device`  (~1-2 min after start-up): 64-point δ sweep vmapped on the GPU against the same
 #      sweep point by point on the host CPU (issue #4, goal >= 20x); achieved bandwidth and fp64 rate
-#      of the HVP and of the DMFT data-side step against the H200's limits (issue #6, item 4).
+#      of the HVP and of the DMFT data-side step against the GPU's nominal limits (issue #6, item 4).
 #      Checked on the CPU first: benchmarks/results/device.json and quick/device.json.
 #   2. `lanczos` (~1 min): Lanczos vs eigsh at d=4000, m=8, n=16000 (issue #3); gpu/lanczos.json dates
 #      from before the Sturm-multisection Ritz values (dense eigh per check then: 2.1 s vs eigsh 0.23 s).

@@ -765,6 +765,19 @@ def test_committed_device_benchmark_is_consistent():
         assert h["bytes_per_s"] == pytest.approx(h["bytes"] / h["seconds"], rel=1e-12)
 
 
+def test_device_nominal_limits_follow_the_gpu_model():
+    """The achieved rates of a GPU run are divided by the limits of the model it ran on (the device tool
+    lends H100s and H200s): jax's device_kind strings pick the row; an unknown model gets none (the
+    benchmark then uses its measured references and says so)."""
+    from benchmarks.bench_device import nominal_limits
+
+    assert nominal_limits("NVIDIA H200")["bandwidth_Bps"] == 4.3e12           # issue #6's values
+    sxm = nominal_limits("NVIDIA H100 80GB HBM3")
+    assert sxm["model"] == "H100 SXM" and sxm["bandwidth_Bps"] == 3.35e12 and sxm["fp64_flops"] == 67e12
+    assert nominal_limits("NVIDIA H100 PCIe")["model"] == "H100 PCIe"
+    assert nominal_limits("NVIDIA A100-SXM4-80GB") is None and nominal_limits("cpu") is None
+
+
 def test_escape_integral_closed_forms():
     """THEORY §3's escape test helpers (benchmarks/escape_integral.py) on closed forms: for κ(t) = 2 + t
     (linear: the trapezoid rule is exact) I(t) = 2t + t²/2; ΔI's s.e. combines κ(t_esc)·se(t_esc) of both
