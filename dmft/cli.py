@@ -3,12 +3,40 @@
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import time
 
 import typer
 
 from .provenance import software  # every --json file's software and machine (its options: its ``setting``)
+
+
+def strict_json(obj) -> str:
+    """JSON text of ``obj`` that strict parsers accept: every non-finite float (NaN, ±inf, in numpy scalars and
+    arrays too) becomes ``null``, numpy values become Python ones, and ``allow_nan=False`` guarantees that no
+    ``NaN`` / ``Infinity`` token is written (a number that is not known is null, never a fake value)."""
+    import numpy as np
+
+    def clean(o):
+        if isinstance(o, dict):
+            return {str(k): clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        if isinstance(o, np.ndarray):
+            return clean(o.tolist())
+        if hasattr(o, "shape") and hasattr(o, "dtype"):      # jax / numpy scalar arrays
+            return clean(np.asarray(o).tolist())
+        if isinstance(o, (bool, np.bool_)):
+            return bool(o)
+        if isinstance(o, (int, np.integer)):
+            return int(o)
+        if isinstance(o, (float, np.floating)):
+            return float(o) if np.isfinite(o) else None
+        return o
+
+    return json.dumps(clean(obj), indent=1, allow_nan=False)
+
 
 app = typer.Typer(add_completion=False, help="deltann: DMFT, Hessian spectra and thresholds of two-layer networks.")
 
@@ -90,10 +118,10 @@ def demo(
     fig.savefig(out, dpi=120)
     typer.echo(f"figure written to {out.resolve()}")
     if json_out is not None:
-        json_out.write_text(json.dumps(dict(provenance=software(), setting=dict(traj=traj.setting, sim=sim.setting),
-                                            dmft=dict(train=tr.tolist(), test=te.tolist(), overlap=ov.tolist()),
-                                            gd=dict(train=str_.tolist(), test=ste.tolist(), overlap=sov.tolist(),
-                                                    train_se=etr.tolist(), test_se=ete.tolist(), overlap_se=eov.tolist())), indent=1))
+        json_out.write_text(strict_json(dict(provenance=software(), setting=dict(traj=traj.setting, sim=sim.setting),
+                                             dmft=dict(train=tr.tolist(), test=te.tolist(), overlap=ov.tolist()),
+                                             gd=dict(train=str_.tolist(), test=ste.tolist(), overlap=sov.tolist(),
+                                                     train_se=etr.tolist(), test_se=ete.tolist(), overlap_se=eov.tolist()))))
         typer.echo(f"JSON written to {json_out.resolve()}")
 
 
@@ -123,11 +151,16 @@ def make_activation(name: str, power: float = 2.0):
         fn = activations.get(name, power)
     elif ":" in name:
         mod, _, attr = name.partition(":")
+        if not mod or not attr:
+            raise CLIError(f"--activation {name!r}: give module:function, both non-empty (e.g. mymod:act).")
         try:
             fn = getattr(importlib.import_module(mod), attr)
         except (ImportError, AttributeError) as exc:
             raise CLIError(f"--activation {name!r}: cannot import {attr!r} from module {mod!r} ({exc}); "
                            "give module:function with the module on PYTHONPATH.") from exc
+        except Exception as exc:     # the user's module failed while importing (SyntaxError, RuntimeError, ...)
+            raise CLIError(f"--activation {name!r}: importing module {mod!r} failed ({type(exc).__name__}: {exc}); "
+                           "fix the module.") from exc
         if not callable(fn):
             raise CLIError(f"--activation {name!r}: {attr} is not callable.")
     else:
@@ -165,7 +198,10 @@ def make_problem(target, activation, width, loss, init_scale, train_second_layer
     if loss == "square":
         lossf = dmft.square_loss
     elif loss.startswith("huber"):
-        w = float(loss.split(":")[1]) if ":" in loss else 1.0
+        try:
+            w = float(loss.split(":")[1]) if ":" in loss else 1.0
+        except ValueError as exc:
+            raise CLIError(f"--loss {loss!r}: the Huber width must be a number, e.g. huber:1.") from exc
         lossf = dmft.huber_loss(w)
     else:
         raise CLIError(f"--loss {loss!r} does not exist; choose square or huber[:width].")
@@ -185,13 +221,26 @@ def make_problem(target, activation, width, loss, init_scale, train_second_layer
     )
 
 
+def _check_options(**opts):
+    """Bad numeric options fail here, before any compilation: ``name=(value, kind)`` with kind "int>=k"
+    (an integer at least k) or "pos" (a finite float > 0)."""
+    for name, (v, kind) in opts.items():
+        flag = "--" + name.replace("_", "-")
+        if kind.startswith("int>="):
+            k = int(kind[5:])
+            if v is None or int(v) != v or v < k:
+                raise CLIError(f"{flag} {v}: must be an integer >= {k}.")
+        elif v is None or not math.isfinite(v) or v <= 0:
+            raise CLIError(f"{flag} {v}: must be a finite number > 0.")
+
+
 def _grid(spec: str):
     try:
         vals = [float(v) for v in spec.split(",") if v.strip()]
     except ValueError as exc:
         raise CLIError(f"--grid {spec!r}: give comma-separated δ values, e.g. 1,2,3,5,8.") from exc
-    if len(vals) < 2 or any(v <= 0 for v in vals):
-        raise CLIError(f"--grid {spec!r}: need at least two δ values, all > 0.")
+    if len(vals) < 2 or any(not math.isfinite(v) or v <= 0 for v in vals):
+        raise CLIError(f"--grid {spec!r}: need at least two δ values, all finite and > 0.")
     return vals
 
 
@@ -254,7 +303,8 @@ def delta_nn(
     steps: int = typer.Option(20, help="DMFT horizon (GD steps)"),
     times: str = typer.Option("", help="comma-separated steps for δ*(t) (default: steps/4, steps/2, 3steps/4, steps)"),
     grid: str = typer.Option("1.5,2.5,4,6,9,14", help="coarse δ grid"),
-    refine: int = typer.Option(4, help="points of the refinement sweep inside the bracket"),
+    refine: int = typer.Option(4, help="points of each refinement sweep, spread over the brackets of all times "
+                               "(each widened by half its width; spectral.thresholds.refine_grid)"),
     paths: int = typer.Option(2048, help="DMFT Monte Carlo paths"),
     d: int = typer.Option(1000, help="dimension for the finite-n convention (n = δ d)"),
     convention: str = typer.Option("finite-n", help="finite-n or strict"),
@@ -279,7 +329,8 @@ def delta_nn(
 
     Exit status: 0 when the run reported (δ_NN, or the δ*(t) curve with the reason δ_NN is not
     given: ``complete = false``, ``delta_nn = null`` in the JSON; ``--strict`` makes that 1);
-    1 when nothing could be reported (no sign change of the margin on the grid); 2 for bad input."""
+    1 when nothing could be reported (no sign change of the margin on the grid); 2 for bad input; 3 when the
+    DMFT failed (e.g. diverged at a large step: the message names the step)."""
     try:
         import jax
         import numpy as np
@@ -297,6 +348,10 @@ def delta_nn(
         if law_d is not None and (convention != "finite-n" or law_d < 2 or law_d == d):
             raise CLIError(f"--law-d {law_d}: the success law needs the finite-n convention and a second dimension "
                            f"> 1 other than --d {d} (e.g. --law-d {2 * d}).")
+        _check_options(steps=(steps, "int>=1"), refine=(refine, "int>=2"), repeats=(repeats, "int>=1"),
+                       paths=(paths, "int>=64"), d=(d, "int>=1"), lr=(lr, "pos"), stationarity_tol=(stationarity_tol, "pos"))
+        if activation == "relu-power":
+            _check_options(power=(power, "pos"))
         ts = [int(x) for x in times.split(",") if x.strip()] if times else sorted({max(1, steps // 4), steps // 2, 3 * steps // 4, steps})
         if any(t < 0 or t > steps for t in ts):
             raise CLIError(f"--times must lie in 0..steps = 0..{steps}.")
@@ -318,9 +373,16 @@ def delta_nn(
                               refine=refine, stationarity_tol=stationarity_tol, progress=progress,
                               level="auto" if criterion == "negative" else "edge", min_cosine2=min_cosine2)
 
-        res = run_at(d, jax.random.key(seed))
-        # the second d gets independent keys (the law's fit takes the two δ*_n errors as independent)
-        res2 = None if law_d is None or res.status == "no-bracket" else run_at(law_d, jax.random.fold_in(jax.random.key(seed), LAW_KEY))
+        try:
+            res = run_at(d, jax.random.key(seed))
+            # the second d gets independent keys (the law's fit takes the two δ*_n errors as independent)
+            res2 = None if law_d is None or res.status == "no-bracket" else run_at(law_d, jax.random.fold_in(jax.random.key(seed), LAW_KEY))
+        except ValueError as exc:          # ProblemError / SpectralError: bad input found by the library
+            typer.echo(f"\nerror: {exc}", err=True)
+            raise typer.Exit(2)
+        except dmft.DMFTError as exc:      # the DMFT itself failed (e.g. diverged): nothing to report
+            typer.echo(f"\nerror: the DMFT failed: {exc}", err=True)
+            raise typer.Exit(3)
     wall = time.perf_counter() - t0
     if res.status == "no-bracket":
         typer.echo(f"error: {res.message}", err=True)
@@ -372,7 +434,7 @@ def delta_nn(
         if law_d is not None:
             payload["success_law"] = law_payload
         tmp = json_out.with_suffix(json_out.suffix + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=1, default=float))
+        tmp.write_text(strict_json(payload))     # nan (no upper window root, one repeat's s.e.) -> null
         tmp.replace(json_out)
         typer.echo(f"JSON written to {json_out}" + ("" if complete else " (complete = false, delta_nn = null)"))
     if not complete:
@@ -410,14 +472,24 @@ def simulate_cmd(
 
         problem = make_problem(target, activation, width, loss, init_scale, train_second_layer, power, ridge=ridge)
         g = _grid(grid)
-        dims = [int(x) for x in d.split(",") if x.strip()]
+        try:
+            dims = [int(x) for x in d.split(",") if x.strip()]
+        except ValueError as exc:
+            raise CLIError(f"--d {d!r}: give comma-separated integer dimensions, e.g. 100,200.") from exc
+        _check_options(steps=(steps, "int>=1"), seeds=(seeds, "int>=1"), lr=(lr, "pos"))
+        for dim in dims or [None]:
+            _check_options(d=(dim, "int>=2"))
     except (CLIError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     results = {}
     with typer.progressbar(dims, label="GD success curves") as bar:
         for dim in bar:
-            results[dim] = success_curve(problem, dim, g, lr=lr, steps=steps, seeds=seeds, key=jax.random.key(seed + dim))
+            try:
+                results[dim] = success_curve(problem, dim, g, lr=lr, steps=steps, seeds=seeds, key=jax.random.key(seed + dim))
+            except ValueError as exc:
+                typer.echo(f"\nerror: {exc}", err=True)
+                raise typer.Exit(2)
     for dim, sc in results.items():
         where = (f"50% point {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f}" if np.isfinite(sc.delta_50) else
                  "the grid does not bracket 50% success (no 50% point; widen --grid)")
@@ -441,7 +513,7 @@ def simulate_cmd(
         payload = {str(dim): dict(success=sc.success.tolist(), delta_50=fin(sc.delta_50), delta_50_stderr=fin(sc.delta_50_stderr),
                                   setting=sc.setting) for dim, sc in results.items()}
         payload["provenance"] = software()        # next to the per-d entries (keys: d as a string)
-        json_out.write_text(json.dumps(payload, indent=1))
+        json_out.write_text(strict_json(payload))
 
 
 @app.command("design")
@@ -529,11 +601,10 @@ def design_cmd(
         fig.tight_layout()
         fig.savefig(plot, dpi=110)
     if json_out is not None:
-        json_out.write_text(json.dumps(dict(provenance=software(), family=family, history=res.history, status=res.status,
-                                            message=res.message,
-                                            setting=dict(res.setting, target="y = z1 + z2^2 - 1", loss=f"pseudo-Huber {loss_width}",
-                                                         ridge=ridge, criterion=criterion, seed=seed, delta0=delta0)),
-                                       indent=1, default=lambda o: np.asarray(o).tolist()))
+        json_out.write_text(strict_json(dict(provenance=software(), family=family, history=res.history, status=res.status,
+                                             message=res.message,
+                                             setting=dict(res.setting, target="y = z1 + z2^2 - 1", loss=f"pseudo-Huber {loss_width}",
+                                                          ridge=ridge, criterion=criterion, seed=seed, delta0=delta0))))
 
 
 def main():  # pragma: no cover

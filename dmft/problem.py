@@ -45,7 +45,10 @@ def logistic_loss(y, yhat):
 
 
 def huber_loss(width: float = 1.0):
-    """Huber loss of the residual with transition at ``width`` (bounded ``ell''``)."""
+    """Huber loss of the residual with transition at ``width`` (bounded ``ell''``); ``width`` finite and > 0."""
+    if not np.isfinite(width) or width <= 0:
+        raise ProblemError(f"huber_loss: width must be a finite number > 0 (the residual at which the loss turns "
+                           f"linear, e.g. 1.0); got {width!r}.")
 
     def loss(y, yhat):
         r = jnp.abs(y - yhat)
@@ -267,6 +270,7 @@ class Problem(eqx.Module):
 
     # -- validation (concrete values only; skipped under tracing) --------------------
     def _validate(self):
+        _probe_link(self.teacher)
         m, k = self.student.width, self.teacher.k
         q0, ov = self.init.q0, self.init.overlap
         if q0.shape != (m, m):
@@ -275,6 +279,9 @@ class Problem(eqx.Module):
             raise ProblemError(
                 f"Init.overlap (M^0) has shape {ov.shape}; it must be (k, width) = ({k}, {m})."
             )
+        for what, arr in (("Init.q0", q0), ("Init.overlap (M^0)", ov), ("TwoLayer.second_layer", self.student.second_layer)):
+            if _is_concrete(arr) and not np.all(np.isfinite(np.asarray(arr))):
+                raise ProblemError(f"{what} has non-finite entries ({np.asarray(arr).tolist()}); give finite values.")
         if _is_concrete(q0):
             qn = np.asarray(q0)
             if not np.allclose(qn, qn.T, atol=1e-12):
@@ -285,8 +292,8 @@ class Problem(eqx.Module):
                     f"{np.linalg.eigvalsh(qn).min():.3g}); use e.g. q0 = s**2 * I for init scale s."
                 )
         for name, val in (("ridge", self.ridge), ("ridge_second", self.ridge_second)):
-            if _is_concrete(val) and float(val) < 0:
-                raise ProblemError(f"Problem.{name} must be >= 0 (got {float(val)}).")
+            if _is_concrete(val) and not (np.isfinite(float(val)) and float(val) >= 0):   # nan and inf too
+                raise ProblemError(f"Problem.{name} must be a finite number >= 0 (got {float(val)}).")
 
     # -- per-sample maps (autodiff) -------------------------------------------------
     @property
@@ -345,6 +352,24 @@ def check_finite_maps(problem: Problem, key=None, samples: int = 256):
                 f"({int(np.sum(~np.isfinite(v)))} entries); check the activation, readout and loss "
                 "(e.g. a log or division at 0, or a kink where a second derivative is needed)."
             )
+
+
+def _probe_link(teacher):
+    """Call the link once on numpy zeros of the declared sizes (z: (k,), eps: (noise_dim,)). Under JAX an index
+    past the end is clamped silently (z[1] with k = 1 reads z[0]: a user audit found such a teacher running
+    with wrong labels); numpy raises, so the mistake is named here. Other failures of this eager call (a link
+    that needs JAX arrays) are left to the compiled check that follows."""
+    try:
+        out = teacher.link(np.zeros(teacher.k), np.zeros(teacher.noise_dim))
+    except IndexError as exc:
+        raise ProblemError(f"Teacher.link indexes its inputs beyond their declared sizes (z has k = {teacher.k} "
+                           f"entries, eps has noise_dim = {teacher.noise_dim}): {exc}. Fix k / noise_dim or the "
+                           "link (noise_dim = 0 means a noiseless link that must not read eps).") from exc
+    except Exception:
+        return
+    if np.size(out) != 1:
+        raise ProblemError(f"Teacher.link must return one label per sample (a scalar); it returned shape "
+                           f"{np.shape(out)} for z of shape ({teacher.k},).")
 
 
 @eqx.filter_jit

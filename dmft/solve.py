@@ -116,7 +116,9 @@ def _lr_schedule(lr, steps):
 def _validate(problem, delta, lr, steps, paths, save_samples_at, n_groups):
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ProblemError(f"steps must be a positive int (got {steps!r}).")
-    if not isinstance(paths, (int, np.integer)) or paths < MIN_PATHS:
+    if not isinstance(paths, (int, np.integer)) or isinstance(paths, bool):
+        raise ProblemError(f"paths must be an int (got {paths!r} of type {type(paths).__name__}); e.g. paths={int(paths) if isinstance(paths, float) and np.isfinite(paths) else 20000}.")
+    if paths < MIN_PATHS:
         raise ProblemError(
             f"paths = {paths!r} is too small to estimate the kernels; use paths >= {MIN_PATHS} "
             "(Monte Carlo error ~ paths^-1/2; 10^4–10^5 for 2–3 digit accuracy)."

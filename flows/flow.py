@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .errors import FlowError
+from .errors import FlowError, check_data
 from .linalg import hessian_eigs
 from .models import as_model, check_degree, require_theory
 from .ncf import make_loss
@@ -112,6 +112,7 @@ def gradient_flow(model, params0, X, y, loss="square", t1: float = 10.0, ts=None
     require_theory(model, experimental, "gradient_flow")
     if save not in ("summary", "params", "both"):
         raise FlowError(f"save={save!r}: use 'summary', 'params' or 'both'.")
+    check_data(X, y)
     X = jnp.asarray(X, dtype=jnp.float64)
     y = jnp.asarray(y, dtype=jnp.float64)
     x0, unravel = ravel_pytree(params0)

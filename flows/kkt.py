@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .errors import FlowError
+from .errors import FlowError, check_data
 from .linalg import dense_tangent_eigs, tangent_hessian_eigs
 from .models import as_model, check_degree, require_theory
 from .ncf import make_ncf
@@ -174,6 +174,9 @@ def kkt_points(model, X, y, loss="square", starts: int = 64, key=None, params_li
     first); `.info` holds counts of collapsed (N ≤ 0) and unconverged starts."""
     model = as_model(model, params_like)
     require_theory(model, experimental, "kkt_points")
+    check_data(X, y)
+    if isinstance(starts, bool) or not isinstance(starts, (int, np.integer)) or starts < 1:
+        raise FlowError(f"starts={starts!r}: the number of random starts must be an integer >= 1 (default 64).")
     X = jnp.asarray(X, dtype=jnp.float64)
     L = check_degree(model, X)
     key = jax.random.PRNGKey(0) if key is None else key
@@ -219,6 +222,7 @@ def kkt_from(model, params0, X, y, loss="square", tol: float = 1e-10, max_iter: 
              degree=None, dense_max: int = 800) -> KKTPoint:
     """The KKT point reached by projected ascent (the directional NCF flow) from params0."""
     model = as_model(model)
+    check_data(X, y)
     X = jnp.asarray(X, dtype=jnp.float64)
     L = check_degree(model, X) if degree is None else degree
     flat, unravel = ravel_pytree(params0)

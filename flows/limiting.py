@@ -13,6 +13,7 @@ Convergence: sup_t ‖ψ(t + T̃_δ, δw_0) − p(t)‖ ~ δ^κ; heuristic κ = 
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import diffrax as dfx
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .errors import FlowError
+from .errors import FlowError, check_data
 from .flow import first_saddle, gradient_flow
 from .kkt import KKTPoint, kkt_from
 from .models import as_model, check_degree, require_theory
@@ -77,8 +78,9 @@ def _ncf_blowup(model, loss, X, y, u0, like, L, t1, R, rtol):
     uR = sol.ys[-1]
     r = jnp.linalg.norm(uR)
     NR = N(unravel(uR / r))
-    # remaining time from radius r along the (aligned) direction: r^{−(L−2)} / (L(L−2)N)
-    return sol.ts[-1] + r ** (-(L - 2.0)) / (L * (L - 2.0) * NR), r, sol.stats["num_steps"]
+    # remaining time from radius r along the (aligned) direction: r^{−(L−2)} / (L(L−2)N) (L > 2; inf for L = 2,
+    # where the flow grows exponentially and only the direction uR / r is used)
+    return sol.ts[-1] + r ** (-(L - 2.0)) / (L * (L - 2.0) * NR), r, sol.stats["num_steps"], uR / r
 
 
 def ncf_blowup_time(model, params0, X, y, loss="square", L=None, R: float = 1e4, rtol=1e-11):
@@ -90,12 +92,37 @@ def ncf_blowup_time(model, params0, X, y, loss="square", L=None, R: float = 1e4,
     flat = flat / jnp.linalg.norm(flat)
     N0 = float(make_ncf(model, X, y, loss)(params0)) / float(np.linalg.norm(ravel_pytree(params0)[0])) ** L
     scale = 1.0 / (L * (L - 2.0) * max(abs(N0), 1e-3))
-    T, r, ns = _ncf_blowup(model, loss, X, jnp.asarray(y, dtype=jnp.float64), flat, params0, float(L),
-                           jnp.asarray(1e4 * scale + 1e4), jnp.asarray(R), jnp.asarray(rtol))
+    T, r, ns, _ = _ncf_blowup(model, loss, X, jnp.asarray(y, dtype=jnp.float64), flat, params0, float(L),
+                              jnp.asarray(1e4 * scale + 1e4), jnp.asarray(R), jnp.asarray(rtol))
     if float(r) < R:
         raise FlowError("params0: the NCF flow from this start did not blow up (it collapses to 0 or "
                         "is too slow); choose a start in the stable set of a positive KKT point.")
     return float(T)
+
+
+def ncf_escape_direction(model, params0, X, y, loss="square", L=None, R: float = 1e4, rtol=1e-11):
+    """Direction u/‖u‖ of the unnormalized NCF flow u̇ = ∇N(u), u(0) = w_0/‖w_0‖, when ‖u‖ reaches ``R``
+    (any L ≥ 2: a blow-up for L > 2, exponential growth for L = 2): a point deep in the basin of the KKT
+    point that the directional NCF flow from w_0 converges to, and the start :func:`limiting_trajectory`
+    polishes that KKT point from. (Projected ascent from w_0 itself takes steps of up to η‖∇N‖ = 1, i.e. up
+    to 45° on the sphere, and can end in another basin where two units' blow-up times are close: found by a
+    user audit, session 44, where it reported exponent −0.009 against the wrong reference.) Returns the
+    direction as a pytree like ``params0``, or raises FlowError if ‖u‖ never reaches R."""
+    model = as_model(model)
+    X = jnp.asarray(X, dtype=jnp.float64)
+    L = check_degree(model, X) if L is None else L
+    flat, unravel = ravel_pytree(params0)
+    flat = flat / jnp.linalg.norm(flat)
+    N0 = float(make_ncf(model, X, y, loss)(unravel(flat)))
+    # horizon: the blow-up time scale 1/(L(L−2)N0) for L > 2, ln R/(2 N0) for L = 2 (generous factors)
+    scale = (math.log(R) / (2 * max(abs(N0), 1e-3)) if abs(L - 2) < 1e-12
+             else 1.0 / (L * (L - 2.0) * max(abs(N0), 1e-3)))
+    _, r, _, u = _ncf_blowup(model, loss, X, jnp.asarray(y, dtype=jnp.float64), flat, params0, float(L),
+                             jnp.asarray(1e4 * scale + 1e4), jnp.asarray(R), jnp.asarray(rtol))
+    if not float(r) >= R:
+        raise FlowError("params0: the NCF flow from this start does not escape (‖u‖ never reaches "
+                        f"{R:g}; it collapses to 0 or is too slow); choose a start in the stable set of a positive KKT point.")
+    return unravel(u)
 
 
 class LimitingResult(eqx.Module):
@@ -148,15 +175,19 @@ def limiting_trajectory(model, params0, X, y, loss="square", deltas=(1e-2, 1e-3,
     require_theory(model, experimental, "limiting_trajectory")
     if shift not in ("ncf", "formula"):
         raise FlowError(f"shift={shift!r}: use 'ncf' or 'formula'.")
+    check_data(X, y)
     X = jnp.asarray(X, dtype=jnp.float64)
     y = jnp.asarray(y, dtype=jnp.float64)
-    deltas = np.sort(np.asarray(deltas, dtype=np.float64))[::-1]
-    if np.any(deltas <= 0) or np.any(deltas >= 1):
-        raise FlowError(f"deltas={deltas}: initialisation scales must lie in (0, 1).")
+    given = np.asarray(deltas, dtype=np.float64)
+    deltas = np.sort(given)[::-1]
+    if not np.all(np.isfinite(given)) or np.any(given <= 0) or np.any(given >= 1):
+        raise FlowError(f"deltas={given.tolist()}: initialisation scales must lie in (0, 1).")
     L = check_degree(model, X, params=params0)
     flat0, unravel = ravel_pytree(params0)
     w0 = unravel(flat0 / jnp.linalg.norm(flat0))
-    kkt = kkt_from(model, w0, X, y, loss, degree=L)
+    # the KKT point of the basin the NCF flow from w_0 escapes in: polished from the flow's own direction at
+    # ‖u‖ = 10^4 (ncf_escape_direction), not by ascent from w_0, which can jump basins
+    kkt = kkt_from(model, ncf_escape_direction(model, w0, X, y, loss, L=L), X, y, loss, degree=L)
     N, Delta = kkt.value, kkt.gap
     if not N > 1e-12:
         raise FlowError(f"params0: the NCF flow from this start collapses to a KKT point with "

@@ -130,6 +130,8 @@ def feedforward(widths=(4,), activation="square", p: float = 1.0, alpha: float =
     if activation == "relu" and p == 1.0:
         pass
     widths = tuple(int(w) for w in (widths if np.iterable(widths) else (widths,)))
+    if not widths or min(widths) < 1:
+        raise FlowError(f"widths={widths}: every hidden layer needs width >= 1 (e.g. two_layer(width=4)).")
     return FeedForward(widths=widths, activation=activation, p=float(p), alpha=float(alpha), d_in=d_in)
 
 

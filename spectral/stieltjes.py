@@ -495,6 +495,9 @@ def _resolve_convention(law, side, convention, n, what):
     if convention == "finite-n":
         if n is None:
             raise SpectralError("convention='finite-n' needs n (the number of samples, n = delta*d).")
+        if isinstance(n, bool) or not np.isfinite(n) or float(n) != int(n) or n < 1:
+            raise SpectralError(f"convention='finite-n': n must be a positive integer (the number of samples, "
+                                f"n = round(delta*d)); got n={n!r}.")
         return truncate(law, n, side), "finite-n"
     if side in law.unbounded:
         if convention is None:

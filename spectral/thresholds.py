@@ -325,6 +325,30 @@ def _cut(min_cosine2):
     return {} if min_cosine2 is None else dict(min_cosine2=min_cosine2)
 
 
+def refine_grid(brackets, refine: int) -> np.ndarray:
+    """δ points of ``delta_star``'s refinement sweeps from the coarse brackets ``[(lo, hi)]`` (one per time):
+    each bracket widened by half its width on each side (so independent keys still bracket their roots;
+    never below lo/2), overlapping intervals merged, and ``refine`` points shared among the merged intervals
+    in proportion to their length (at least 2 each, both ends included; more than ``refine`` only when the
+    brackets of different times are disjoint and ``refine`` < 2 per interval). With one bracket (or the same
+    one at every time) this is the grid used before session 44, ``linspace(lo − w/2, hi + w/2, refine)``.
+    Then one linspace spanned the hull of every time's bracket: where the brackets of different times lay far
+    apart its spacing could exceed the coarse grid's, and a root was interpolated across several brackets
+    (found by a user audit: δ*(t) = 10.37 reported for the bracket [4, 9])."""
+    iv = sorted((max(a - 0.5 * (b - a), 0.5 * a), b + 0.5 * (b - a)) for a, b in np.asarray(brackets, float))
+    merged = []
+    for a, b in iv:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    lengths = np.array([b - a for a, b in merged])
+    counts = np.full(len(merged), 2)         # both ends of every interval, then the rest where spacing is widest
+    while counts.sum() < refine:
+        counts[np.argmax(lengths / (counts - 1))] += 1
+    return np.unique(np.concatenate([np.linspace(a, b, c) for (a, b), c in zip(merged, counts)]))
+
+
 def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
                refine: int = 6, repeats: int = 2, stationarity_tol: float = 0.02, level="auto",
                progress: Optional[Callable[[str], None]] = None, min_cosine2: Optional[float] = None) -> DeltaStarResult:
@@ -350,8 +374,13 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     grid = np.sort(np.asarray(grid, dtype=float))
     if grid.size < 2:
         raise SpectralError("grid needs at least two δ values.")
-    if np.any(grid <= 0):
-        raise SpectralError("grid values (δ) must be > 0.")
+    if not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+        raise SpectralError(f"grid values (δ) must be finite and > 0; got {grid.tolist()}.")
+    for name, v, lo_ in (("refine", refine, 2), ("repeats", repeats, 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo_:
+            raise SpectralError(f"{name} must be an integer >= {lo_}; got {v!r} (defaults: refine=6, repeats=2).")
+    if convention == "finite-n" and (d is None or isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1):
+        raise SpectralError(f"convention='finite-n' needs the dimension d as a positive integer (n = δ·d); got d={d!r}.")
     times = tuple(sorted(int(t) for t in times))
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
     # one δ batch size for the coarse and the fine sweeps: one compilation of the DMFT program
@@ -380,23 +409,26 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
                                message=f"the δ grid never brackets the threshold: {hint}{window_note}.",
                                convention=convention, coarse=coarse, setting={},
                                diagnostics=dict(wall_s=time.perf_counter() - t0, **window))
-    lo, hi = np.nanmin(brackets[ok, 0]), np.nanmax(brackets[ok, 1])
-    # widen by half a bracket on each side so independent keys still bracket their roots
-    pad = 0.5 * np.nanmax(brackets[ok, 1] - brackets[ok, 0])
-    lo, hi = max(lo - pad, 0.5 * lo), hi + pad
-    fine = np.linspace(lo, hi, refine)
+    fine = refine_grid(brackets[ok], refine)
+    lo, hi = float(fine[0]), float(fine[-1])
+    # key 0 is the coarse sweep's key: its coarse and fine margins are one function of δ (common random
+    # numbers), so its roots come from the union of both grids and never leave its own coarse bracket
+    union = np.unique(np.concatenate([grid, fine]))
     per = np.full((repeats, len(times)), np.nan)
     fine_curves, fine_unstable = [], []
     for r, kr in enumerate(keys):
-        say(f"refinement sweep {r + 1}/{repeats}: {refine} points in [{lo:.4g}, {hi:.4g}]")
+        say(f"refinement sweep {r + 1}/{repeats}: {len(fine)} points in [{lo:.4g}, {hi:.4g}]")
         mc = margin_curve(problem, fine, lr=lr, steps=steps, times=times, paths=paths, key=kr,
                           convention=convention, d=d, level=level, pad_to=batch, **_cut(min_cosine2))
         fine_curves.append(mc.margin.tolist())
         fine_unstable.append(mc.unstable_fraction.tolist())
         for j in range(len(times)):
-            root, _, _ = _root_on_grid(fine, mc.margin[:, j])
-            if not np.isfinite(root):  # root outside the fine grid for this key: fall back to coarse grid of this key
-                root = _root_on_grid(grid, coarse.margin[:, j])[0] if r == 0 else np.nan
+            if r == 0:
+                both = dict(zip(grid.tolist(), coarse.margin[:, j].tolist()))
+                both.update(zip(fine.tolist(), mc.margin[:, j].tolist()))
+                root, _, _ = _root_on_grid(union, np.array([both[x] for x in union.tolist()]))
+            else:
+                root, _, _ = _root_on_grid(fine, mc.margin[:, j])
             per[r, j] = root
     ds = np.nanmean(per, axis=0)
     with warnings.catch_warnings():   # < 2 finite repeats at some time: s.e. nan, said in the message (lost_note)
@@ -414,6 +446,11 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     n_fin = repeats - lost                      # keys behind each s.e.: n_fin − 1 degrees of freedom
     lost_note = (f"; {int(lost[-1])} of {repeats} repeats have no root in the refine grid at t={times[-1]} (the mean "
                  f"and s.e. use the others{', so no s.e.' if n_fin[-1] < 2 else ''})" if lost[-1] else "")
+    empty = [(a, b) for a, b in brackets[ok] if not np.any((fine > a) & (fine < b))]
+    if empty and repeats > 1:
+        lost_note += (f"; the refine grid has no point inside the bracket [{empty[0][0]:.3g}, {empty[0][1]:.3g}]: the roots "
+                      f"of repeats 1.. are interpolated across it (repeat 0 also uses its coarse points): increase refine "
+                      f"(now {refine})")
     if n_fin[-1] == 2:
         lost_note += ("; the s.e. comes from 2 keys (1 degree of freedom: indicative only, it can be far too small "
                       "by chance) — use repeats >= 4 for an error bar")

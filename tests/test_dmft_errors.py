@@ -58,3 +58,27 @@ def test_non_finite_kernels_name_the_step():
         dmft.solve(p, delta=2.0, lr=50.0, steps=40, paths=128, key=jax.random.key(0))
     tr = dmft.solve(p, delta=2.0, lr=50.0, steps=40, paths=128, key=jax.random.key(0), throw=False)
     assert int(tr.failed_step) >= 0
+
+
+def test_non_finite_settings_and_link_mistakes_are_named():
+    """Found by a user audit (session 44): these ran (JAX clamps out-of-range indices: z[1] with k = 1 read
+    z[0]) or failed late with a message naming something else."""
+    nan = float("nan")
+    with pytest.raises(dmft.ProblemError, match="ridge"):
+        make(ridge=nan)
+    with pytest.raises(dmft.ProblemError, match="ridge"):
+        make(ridge=float("inf"))
+    with pytest.raises(dmft.ProblemError, match="Init.q0 has non-finite"):
+        make(init=dmft.Init(q0=jnp.full((2, 2), nan), overlap=jnp.zeros((1, 2))))
+    with pytest.raises(dmft.ProblemError, match="overlap"):
+        make(init=dmft.Init(q0=jnp.eye(2), overlap=jnp.full((1, 2), nan)))
+    with pytest.raises(dmft.ProblemError, match="second_layer"):
+        make(student=dmft.TwoLayer(activation=jnp.tanh, width=2, second_layer=jnp.array([1.0, nan])))
+    with pytest.raises(dmft.ProblemError, match="beyond their declared sizes"):
+        make(teacher=dmft.Teacher(link=lambda z, e: z[0] + z[1] ** 2, k=1))
+    with pytest.raises(dmft.ProblemError, match="noise_dim = 0"):
+        make(teacher=dmft.Teacher(link=lambda z, e: z[0] + e[0], k=1, noise_dim=0))
+    with pytest.raises(dmft.ProblemError, match="one label per sample"):
+        make(teacher=dmft.Teacher(link=lambda z, e: jnp.stack([z[0], z[0]]), k=1))
+    with pytest.raises(dmft.ProblemError, match="paths must be an int"):
+        dmft.solve(make(), delta=2.0, lr=0.1, steps=3, paths=512.0, key=jax.random.key(0))

@@ -180,3 +180,37 @@ def test_first_saddle_and_zero_preserving(sq_problem, sq_limit):
     assert s.residual_ncf > 1.0 and s.is_saddle
     with pytest.raises(flows.FlowError, match="never escaped"):
         flows.first_saddle(m, w0, X, y, t1=5.0, delta=1e-3, mask=zp.mask)   # same compiled solve
+
+
+def test_limiting_reference_is_the_kkt_point_the_flow_escapes_to():
+    """A start where two units' NCF blow-up times are close (0.1178 vs 0.1208; user audit, session 44): the
+    paths escape on unit 0. Before, the reference KKT point came from projected ascent from w_0, which jumped
+    to unit 3's basin: errors 1.16 / 1.20 / 1.21, exponent −0.009. It is now polished from the NCF flow's own
+    direction (flows.limiting.ncf_escape_direction): measured errors 0.074 / 0.0081 / 0.0008, exponent 0.98."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((30, 5))
+    y = rng.standard_normal(30)
+    model = flows.two_layer(activation="square", width=4)
+    p0 = model.init(jax.random.PRNGKey(1), 5)
+    res = flows.limiting_trajectory(model, p0, X, y, loss="square", deltas=(1e-2, 1e-3, 1e-4))
+    v_path = np.asarray(res.paths[1][-1, -1])               # second layer of the δ = 1e-4 path at the last time
+    assert np.argmax(np.abs(v_path)) == np.argmax(np.abs(np.asarray(res.kkt.direction[1]))) == 0
+    assert res.errors[-1] < 0.01 and res.exponent > 0.8
+
+
+def test_flows_bad_data_and_sizes_are_named():
+    """User audit (session 44): width 0 was accepted, starts=0 gave a numpy reduction error, an X/y length
+    mismatch a dot_general TypeError, NaN labels KKT points of value NaN."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((10, 3)), rng.standard_normal(10)
+    with pytest.raises(flows.FlowError, match="width"):
+        flows.two_layer(width=0)
+    m = flows.two_layer(width=2)
+    with pytest.raises(flows.FlowError, match="starts"):
+        flows.kkt_points(m, X, y, starts=0)
+    with pytest.raises(flows.FlowError, match="one label per row"):
+        flows.kkt_points(m, X, y[:7])
+    with pytest.raises(flows.FlowError, match="finite"):
+        flows.kkt_points(m, X, np.full(10, np.nan))
+    with pytest.raises(flows.FlowError, match=r"deltas=\[0.01, -0.001\]"):
+        flows.limiting_trajectory(m, m.init(jax.random.PRNGKey(0), 3), X, y, deltas=(1e-2, -1e-3))

@@ -212,6 +212,9 @@ def test_unbounded_finite_n():
     assert "bottom" in law.unbounded                                # detected by the tail test
     with pytest.raises(spectral.SpectralError, match="unbounded"):
         spectral.outlier(law, 8.0, "bottom")
+    for bad in (2.5, 0, float("nan")):                               # n: a positive integer (user audit)
+        with pytest.raises(spectral.SpectralError, match="positive integer"):
+            spectral.bulk_edge(law, 8.0, "bottom", convention="finite-n", n=bad)
     o = spectral.outlier(law, 8.0, "bottom", convention="finite-n", n=8000)
     assert o.convention == "finite-n" and bool(o.exists)
     assert abs(float(o.eigenvalue) + 2.246) < 0.08

@@ -156,7 +156,12 @@ def test_cli_delta_nn_json(tmp_path):
             "--repeats", "2", "--stationarity-tol", "100", "--json", str(out)]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
-    payload = json.loads(out.read_text())
+
+    def no_constant(c):
+        raise ValueError(f"non-strict JSON token {c}")
+
+    payload = json.loads(out.read_text(), parse_constant=no_constant)     # strict: no NaN / Infinity tokens
+    assert payload["diagnostics"]["window_upper"] == [None, None]         # no upper root: null, was NaN
     for key in ("delta_nn", "delta_nn_stderr", "edge_convention", "setting", "diagnostics"):
         assert key in payload
     assert payload["edge_convention"] == "finite-n" and 2.0 <= payload["delta_nn"] <= 16.0
@@ -170,7 +175,7 @@ def test_cli_delta_nn_json(tmp_path):
     out2 = tmp_path / "o2.json"
     r = runner.invoke(app, args[:-4] + ["--stationarity-tol", "1e-9", "--json", str(out2)])
     assert r.exit_code == 0 and "not reported" in r.output, r.output
-    p2 = json.loads(out2.read_text())
+    p2 = json.loads(out2.read_text(), parse_constant=no_constant)
     assert p2["complete"] is False and p2["delta_nn"] is None and p2["delta_nn_stderr"] is None
     assert p2["diagnostics"]["status"] == "not-converged" and len(p2["delta_star"]["value"]) > 0
     r = runner.invoke(app, args[:-4] + ["--stationarity-tol", "1e-9", "--strict", "--json", str(out2)])
@@ -340,3 +345,66 @@ def test_cli_simulate_json_is_strict(tmp_path):
     assert payload["50"]["delta_50"] is None and payload["50"]["delta_50_stderr"] is None
     assert payload["50"]["success"] == [0.0, 0.0]
     assert payload["provenance"]["jax"] == jax.__version__ and payload["provenance"]["x64"] is True
+
+
+def test_strict_json_writes_null_for_non_finite_numbers():
+    """Every ``deltann --json`` file goes through dmft.cli.strict_json: NaN / ±inf (Python, numpy scalars,
+    arrays, jax arrays) become null, numpy types become JSON numbers and booleans, nothing else changes."""
+    from dmft.cli import strict_json
+
+    text = strict_json(dict(a=float("nan"), b=[1.0, np.inf, -np.inf], c=np.array([[0.5, np.nan]]), d=np.float32(2.5),
+                            e=np.int64(3), f=np.bool_(True), g=jnp.asarray(np.nan), h="nan", i=None, j=(1, 2)))
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == dict(a=None, b=[1.0, None, None], c=[[0.5, None]], d=2.5, e=3, f=True, g=None, h="nan",
+                                    i=None, j=[1, 2])
+
+
+def test_cli_bad_numeric_options_fail_before_compiling(monkeypatch):
+    """Every numeric option of delta-nn / simulate is checked before any DMFT runs (exit 2, the flag named);
+    a library error found later (ValueError) is exit 2 too, and a failed DMFT (DMFTError) exit 3, never a
+    traceback (found by a user audit, session 44)."""
+    import spectral.thresholds as th
+
+    for args, flag in ((["--repeats", "0"], "--repeats"), (["--refine", "1"], "--refine"), (["--d", "0"], "--d"),
+                       (["--d", "-5"], "--d"), (["--lr", "-1"], "--lr"), (["--paths", "1"], "--paths"),
+                       (["--steps", "0"], "--steps"), (["--stationarity-tol", "-1"], "--stationarity-tol"),
+                       (["--grid", "2,nan"], "--grid"), (["--loss", "huber:-1"], "width"), (["--loss", "huber:x"], "--loss"),
+                       (["--activation", ":f"], "module:function"), (["--activation", "relu-power", "--power", "0"], "--power")):
+        r = runner.invoke(app, ["delta-nn", *args])
+        assert r.exit_code == 2 and flag in r.output, (args, r.output)
+    for args, flag in ((["--seeds", "0"], "--seeds"), (["--d", "0"], "--d"), (["--d", "1,x"], "--d"),
+                       (["--steps", "0"], "--steps"), (["--grid", "1,nan"], "--grid"), (["--lr", "0"], "--lr")):
+        r = runner.invoke(app, ["simulate", *args])
+        assert r.exit_code == 2 and flag in r.output, (args, r.output)
+
+    def failing(exc):
+        def f(*a, **k):
+            raise exc
+        return f
+
+    monkeypatch.setattr(th, "delta_star", failing(dmft.DMFTError("non-finite kernels at step 7: reduce lr")))
+    r = runner.invoke(app, ["delta-nn", "--steps", "8"])
+    assert r.exit_code == 3 and "the DMFT failed" in r.output and "step 7" in r.output
+    monkeypatch.setattr(th, "delta_star", failing(spectral.SpectralError("grid values (δ) must be finite")))
+    r = runner.invoke(app, ["delta-nn", "--steps", "8"])
+    assert r.exit_code == 2 and "grid values" in r.output
+
+
+def test_refine_grid_covers_each_bracket_finely():
+    """One bracket: linspace(lo − w/2, hi + w/2, refine) (the grid before session 44). Brackets of different
+    times far apart: each gets its own points (at least 2), never a hull whose spacing exceeds the brackets."""
+    from spectral.thresholds import refine_grid
+
+    np.testing.assert_allclose(refine_grid([(4.0, 9.0)], 4), np.linspace(2.0, 11.5, 4))     # lo never below lo/2
+    np.testing.assert_allclose(refine_grid([(4.0, 9.0), (4.0, 9.0)], 6), np.linspace(2.0, 11.5, 6))
+    g = refine_grid([(1.5, 2.5), (9.0, 14.0)], 4)
+    assert len(g) == 4 and set(np.round(g, 9)) == {1.0, 3.0, 6.5, 16.5}
+    g = refine_grid([(1.5, 2.5), (9.0, 14.0)], 12)
+    inside = lambda a, b: np.sum((g >= a) & (g <= b))
+    assert inside(1.0, 3.0) >= 2 and inside(6.5, 16.5) >= 8 and len(g) == 12
+    with pytest.raises(spectral.SpectralError, match="refine"):
+        delta_star(pr_problem(), grid=[2.0, 4.0], lr=0.05, steps=2, times=(2,), paths=256, key=jax.random.key(0),
+                   convention="finite-n", d=200, refine=1)
+    with pytest.raises(spectral.SpectralError, match="needs the dimension d"):
+        delta_star(pr_problem(), grid=[2.0, 4.0], lr=0.05, steps=2, times=(2,), paths=256, key=jax.random.key(0),
+                   convention="finite-n", d=0)
