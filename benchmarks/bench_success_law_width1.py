@@ -35,7 +35,7 @@ Measured (standard, 2026-12-06, CPU, 3913 s, 2639 s of it GD at d = 2560): the c
 d = 320 / 640 / 1280 / 2560 against δ*_n 4.32 / 4.83 / 5.33 / 5.84); against the cosine-cut law (δ_c,n 5.60 /
 5.95 / 6.30 / 6.64, b_c = 0.50 ± 0.03) the locations and the means over runs agree at every d, but GD's width is
 larger at every d (0.85 / 0.68 / 0.61 / 1.05; χ² of the fractions p < 1e-18): the law's width is a lower bound
-here. At d = 2560 GD's mean weight is 0.05–0.15 below the theory's cos² over runs at δ ≥ 6.5 (open; not the
+here. At d = 2560 GD's mean weight is 0.05–0.15 below the theory's cos² over runs at δ ≥ 6.5 (session 44: the law's random-matrix model has the same gap and width, bench_matrix_model; not the
 theory's paths; a second GD key gives 0.06 ± 0.03 below: docs/thresholds.md).
 """
 

@@ -8,6 +8,8 @@ derivation), ``spectral_methods`` (m = 1 Lu–Li / Mondelli–Montanari, thresho
 ``edge_law`` (the law of the finite-n edge over draws of the samples), ``success_law`` (the law over
 runs of the finite-d threshold that follows from it),
 ``finite_state`` (the hard outlier at a finite-d GD state, with the equation on its own law),
+``matrix_model`` (finite-d draws of the random-matrix model of a law: a run's spectrum and success from the
+law alone),
 ``thresholds`` (δ*(t) from the dynamic DMFT), ``stationary_threshold`` (δ_NN from the stationary DMFT),
 ``threshold_gradient`` (dδ_NN/dθ by implicit differentiation), ``design`` (minimize δ_NN over a family).
 """
@@ -19,6 +21,7 @@ jax.config.update("jax_enable_x64", True)
 from ._errors import (MAX_ITERS, NO_EDGE, NO_OUTLIER, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT,  # noqa: E402
                       WRONG_BRANCH, SpectralError, message)
 from .finite_state import StateOutlier, hard_outlier_at_state  # noqa: E402
+from .matrix_model import MatrixModelDraws, matrix_model  # noqa: E402
 from .hessian import (block_matvec, dense_block_matrix, dense_hessian, finite_blocks,  # noqa: E402
                       hessian_vector_product, risk_gradient)
 from .lanczos import (LanczosResult, SLQResult, lanczos_extreme, stochastic_lanczos_quadrature,  # noqa: E402
@@ -52,6 +55,6 @@ __all__ = [
     "weak_recovery_threshold", "normal_nodes", "teacher_nodes",
     "hessian_vector_product", "block_matvec", "dense_block_matrix", "dense_hessian", "finite_blocks",
     "risk_gradient",
-    "StateOutlier", "hard_outlier_at_state",
+    "StateOutlier", "hard_outlier_at_state", "MatrixModelDraws", "matrix_model",
     "LanczosResult", "SLQResult", "lanczos_extreme", "stochastic_lanczos_quadrature", "subspace_overlap",
 ]
