@@ -84,7 +84,7 @@ def draws(P, S, perf) -> dict:
                          value=time.perf_counter() - t0, unit="s", ratio=None, note=jax.default_backend()))
         for d in S["ds"]:
             t1 = time.perf_counter()
-            cols = [spectral.matrix_model(L, dv, d, draws=_dpk(S, d), k=S["k"],
+            cols = [spectral.matrix_model(L, dv, d, draws=_dpk(S, d), k=S["k"], method=S.get("mm_method", "auto"),
                                           key=jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(
                                               jax.random.key(S["mm_key"]), d), kk), i))
                     for i, (L, dv) in enumerate(zip(laws, grid))]
