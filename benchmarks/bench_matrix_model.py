@@ -151,19 +151,23 @@ def analysis(data, S) -> dict:
     return dict(rows=rows, summary=dict(groups=groups, law=law))
 
 
-def run(mode: str, outdir: pathlib.Path) -> dict:
+def run_model(S, P, analysis_fn, replot_fn, name, outdir) -> dict:
+    """The model benchmarks' run: draws, analysis against the committed GD seeds, figure (shared with
+    ``bench_matrix_model_width4``)."""
     jax.config.update("jax_enable_x64", True)
-    S = settings(mode)
-    P = problem()
     perf = []
     t0 = time.perf_counter()
     data = dict(model=draws(P, S, perf))
-    an = analysis(data, S)
+    an = analysis_fn(data, S)
     data["summary"] = an["summary"]
     perf.append(dict(what="whole benchmark", value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
-    res = dict(setting=S, accuracy=an["rows"], performance=perf, data=data, figure=f"{NAME}.png")
-    replot(res, outdir)
+    res = dict(setting=S, accuracy=an["rows"], performance=perf, data=data, figure=f"{name}.png")
+    replot_fn(res, outdir)
     return res
+
+
+def run(mode: str, outdir: pathlib.Path) -> dict:
+    return run_model(settings(mode), problem(), analysis, replot, NAME, outdir)
 
 
 def replot(res, outdir):

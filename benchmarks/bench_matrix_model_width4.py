@@ -23,12 +23,10 @@ from __future__ import annotations
 import json
 import math
 import pathlib
-import time
 
-import jax
 import numpy as np
 
-from .bench_matrix_model import draws
+from .bench_matrix_model import run_model
 
 NAME = "matrix_model_width4"
 HERE = pathlib.Path(__file__).resolve().parent
@@ -88,17 +86,7 @@ def analysis(data, S) -> dict:
 
 
 def run(mode: str, outdir: pathlib.Path) -> dict:
-    jax.config.update("jax_enable_x64", True)
-    S = settings(mode)
-    perf = []
-    t0 = time.perf_counter()
-    data = dict(model=draws(problem(), S, perf))
-    an = analysis(data, S)
-    data["summary"] = an["summary"]
-    perf.append(dict(what="whole benchmark", value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
-    res = dict(setting=S, accuracy=an["rows"], performance=perf, data=data, figure=f"{NAME}.png")
-    replot(res, outdir)
-    return res
+    return run_model(settings(mode), problem(), analysis, replot, NAME, outdir)
 
 
 def replot(res, outdir):
