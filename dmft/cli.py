@@ -23,16 +23,10 @@ def strict_json(obj) -> str:
             return {str(k): clean(v) for k, v in o.items()}
         if isinstance(o, (list, tuple)):
             return [clean(v) for v in o]
-        if isinstance(o, np.ndarray):
-            return clean(o.tolist())
-        if hasattr(o, "shape") and hasattr(o, "dtype"):      # jax / numpy scalar arrays
+        if hasattr(o, "shape") and hasattr(o, "dtype"):      # numpy / jax arrays and scalars -> Python values
             return clean(np.asarray(o).tolist())
-        if isinstance(o, (bool, np.bool_)):
-            return bool(o)
-        if isinstance(o, (int, np.integer)):
-            return int(o)
-        if isinstance(o, (float, np.floating)):
-            return float(o) if np.isfinite(o) else None
+        if isinstance(o, float):
+            return o if math.isfinite(o) else None
         return o
 
     return json.dumps(clean(obj), indent=1, allow_nan=False)

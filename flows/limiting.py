@@ -83,21 +83,30 @@ def _ncf_blowup(model, loss, X, y, u0, like, L, t1, R, rtol):
     return sol.ts[-1] + r ** (-(L - 2.0)) / (L * (L - 2.0) * NR), r, sol.stats["num_steps"], uR / r
 
 
+def _ncf_escape(model, params0, X, y, loss, L, R, rtol):
+    """Integrate the unnormalized NCF u̇ = ∇N(u), u(0) = w_0/‖w_0‖, until ‖u‖ = R: (T*, direction u/‖u‖ as a
+    pytree like ``params0``). T* is the blow-up time for L > 2 (inf for L = 2, where the flow grows
+    exponentially). Raises FlowError if ‖u‖ never reaches R."""
+    flat, unravel = ravel_pytree(params0)
+    flat = flat / jnp.linalg.norm(flat)
+    N0 = float(make_ncf(model, X, y, loss)(unravel(flat)))
+    # horizon: the blow-up time scale 1/(L(L−2)N0) for L > 2, ln R/(2 N0) for L = 2 (generous factors)
+    scale = (math.log(R) / (2 * max(abs(N0), 1e-3)) if abs(L - 2) < 1e-12
+             else 1.0 / (L * (L - 2.0) * max(abs(N0), 1e-3)))
+    T, r, _, u = _ncf_blowup(model, loss, X, jnp.asarray(y, dtype=jnp.float64), flat, params0, float(L),
+                             jnp.asarray(1e4 * scale + 1e4), jnp.asarray(R), jnp.asarray(rtol))
+    if not float(r) >= R:
+        raise FlowError(f"params0: the NCF flow from this start does not escape (‖u‖ never reaches {R:g}: it "
+                        "collapses to 0 or is too slow); choose a start in the stable set of a positive KKT point.")
+    return float(T), unravel(u)
+
+
 def ncf_blowup_time(model, params0, X, y, loss="square", L=None, R: float = 1e4, rtol=1e-11):
     """T*(w_0): blow-up time of the NCF flow u̇ = ∇N(u), u(0) = w_0/‖w_0‖ (L > 2)."""
     model = as_model(model)
     X = jnp.asarray(X, dtype=jnp.float64)
     L = check_degree(model, X) if L is None else L
-    flat, _ = ravel_pytree(params0)
-    flat = flat / jnp.linalg.norm(flat)
-    N0 = float(make_ncf(model, X, y, loss)(params0)) / float(np.linalg.norm(ravel_pytree(params0)[0])) ** L
-    scale = 1.0 / (L * (L - 2.0) * max(abs(N0), 1e-3))
-    T, r, ns, _ = _ncf_blowup(model, loss, X, jnp.asarray(y, dtype=jnp.float64), flat, params0, float(L),
-                              jnp.asarray(1e4 * scale + 1e4), jnp.asarray(R), jnp.asarray(rtol))
-    if float(r) < R:
-        raise FlowError("params0: the NCF flow from this start did not blow up (it collapses to 0 or "
-                        "is too slow); choose a start in the stable set of a positive KKT point.")
-    return float(T)
+    return _ncf_escape(model, params0, X, y, loss, L, R, rtol)[0]
 
 
 def ncf_escape_direction(model, params0, X, y, loss="square", L=None, R: float = 1e4, rtol=1e-11):
@@ -111,18 +120,7 @@ def ncf_escape_direction(model, params0, X, y, loss="square", L=None, R: float =
     model = as_model(model)
     X = jnp.asarray(X, dtype=jnp.float64)
     L = check_degree(model, X) if L is None else L
-    flat, unravel = ravel_pytree(params0)
-    flat = flat / jnp.linalg.norm(flat)
-    N0 = float(make_ncf(model, X, y, loss)(unravel(flat)))
-    # horizon: the blow-up time scale 1/(L(L−2)N0) for L > 2, ln R/(2 N0) for L = 2 (generous factors)
-    scale = (math.log(R) / (2 * max(abs(N0), 1e-3)) if abs(L - 2) < 1e-12
-             else 1.0 / (L * (L - 2.0) * max(abs(N0), 1e-3)))
-    _, r, _, u = _ncf_blowup(model, loss, X, jnp.asarray(y, dtype=jnp.float64), flat, params0, float(L),
-                             jnp.asarray(1e4 * scale + 1e4), jnp.asarray(R), jnp.asarray(rtol))
-    if not float(r) >= R:
-        raise FlowError("params0: the NCF flow from this start does not escape (‖u‖ never reaches "
-                        f"{R:g}; it collapses to 0 or is too slow); choose a start in the stable set of a positive KKT point.")
-    return unravel(u)
+    return _ncf_escape(model, params0, X, y, loss, L, R, rtol)[1]
 
 
 class LimitingResult(eqx.Module):
@@ -187,7 +185,9 @@ def limiting_trajectory(model, params0, X, y, loss="square", deltas=(1e-2, 1e-3,
     w0 = unravel(flat0 / jnp.linalg.norm(flat0))
     # the KKT point of the basin the NCF flow from w_0 escapes in: polished from the flow's own direction at
     # ‖u‖ = 10^4 (ncf_escape_direction), not by ascent from w_0, which can jump basins
-    kkt = kkt_from(model, ncf_escape_direction(model, w0, X, y, loss, L=L), X, y, loss, degree=L)
+    # (one integration gives the direction and, for L > 2, the blow-up time T* of the shift below)
+    Tstar, u_esc = _ncf_escape(model, w0, X, y, loss, L, 1e4, 1e-11)
+    kkt = kkt_from(model, u_esc, X, y, loss, degree=L)
     N, Delta = kkt.value, kkt.gap
     if not N > 1e-12:
         raise FlowError(f"params0: the NCF flow from this start collapses to a KKT point with "
@@ -203,7 +203,6 @@ def limiting_trajectory(model, params0, X, y, loss="square", deltas=(1e-2, 1e-3,
             raise FlowError(f"params0: ⟨w_0, w*⟩ = {a:.3g} <= 0; w_0 is not in the stable set of w*.")
         shifts = T_formula - np.log(a) / (2 * N)
     else:
-        Tstar = ncf_blowup_time(model, w0, X, y, loss, L=L)
         shifts = Tstar / deltas ** (L - 2.0)
     ts = np.linspace(-3.0, 3.0, 61) / (L * N) if ts is None else np.asarray(ts, dtype=np.float64)
     if np.any(shifts + ts[0] < 0):

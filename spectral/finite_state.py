@@ -100,8 +100,8 @@ def _lanczos_bottom(X, D, ridge, rows, key, *, k, max_iters, tol):
 def bottom_spectrum(X, D, ridge, hard, *, k: int, method: str, key=None, max_iters=None, tol: float = 1e-10):
     """Bottom ``k`` eigenvalues of ``H = (1/n) Σ x_i x_iᵀ ⊗ D_i + ridge·I``, the squared norm of each
     eigenvector on the hard rows ``hard`` (teacher coordinates), and the constrained edge (the smallest
-    eigenvalue of ``H`` restricted to the other rows). ``method``: "dense" (numpy ``eigh`` of the
-    float64 matrix) or "lanczos" (matrix-free; the constrained edge with the hard rows shifted far up).
+    eigenvalue of ``H`` restricted to the other rows). ``method``: "dense" (LAPACK ``syevr`` on the bottom
+    of the float64 matrix) or "lanczos" (matrix-free; the constrained edge with the hard rows shifted far up).
     Shared by :func:`hard_outlier_at_state` (a GD state) and :func:`spectral.matrix_model` (draws of the
     random-matrix model of a law). Returns numpy arrays ``(eigenvalues (k,), hard_weight (k,), edge)``."""
     n, d = X.shape

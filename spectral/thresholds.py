@@ -328,9 +328,9 @@ def _cut(min_cosine2):
 def refine_grid(brackets, refine: int) -> np.ndarray:
     """δ points of ``delta_star``'s refinement sweeps from the coarse brackets ``[(lo, hi)]`` (one per time):
     each bracket widened by half its width on each side (so independent keys still bracket their roots;
-    never below lo/2), overlapping intervals merged, and ``refine`` points shared among the merged intervals
-    in proportion to their length (at least 2 each, both ends included; more than ``refine`` only when the
-    brackets of different times are disjoint and ``refine`` < 2 per interval). With one bracket (or the same
+    never below lo/2), overlapping intervals merged, and ``refine`` points shared among the merged intervals:
+    both ends of each, then one at a time to the interval whose spacing is widest (more than ``refine`` only
+    when the brackets of different times are disjoint and ``refine`` < 2 per interval). With one bracket (or the same
     one at every time) this is the grid used before session 44, ``linspace(lo − w/2, hi + w/2, refine)``.
     Then one linspace spanned the hull of every time's bracket: where the brackets of different times lay far
     apart its spacing could exceed the coarse grid's, and a root was interpolated across several brackets
@@ -413,7 +413,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     lo, hi = float(fine[0]), float(fine[-1])
     # key 0 is the coarse sweep's key: its coarse and fine margins are one function of δ (common random
     # numbers), so its roots come from the union of both grids and never leave its own coarse bracket
-    union = np.unique(np.concatenate([grid, fine]))
+    union, first = np.unique(np.concatenate([fine, grid]), return_index=True)   # a shared δ: the fine value
     per = np.full((repeats, len(times)), np.nan)
     fine_curves, fine_unstable = [], []
     for r, kr in enumerate(keys):
@@ -424,9 +424,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
         fine_unstable.append(mc.unstable_fraction.tolist())
         for j in range(len(times)):
             if r == 0:
-                both = dict(zip(grid.tolist(), coarse.margin[:, j].tolist()))
-                both.update(zip(fine.tolist(), mc.margin[:, j].tolist()))
-                root, _, _ = _root_on_grid(union, np.array([both[x] for x in union.tolist()]))
+                root, _, _ = _root_on_grid(union, np.concatenate([mc.margin[:, j], coarse.margin[:, j]])[first])
             else:
                 root, _, _ = _root_on_grid(fine, mc.margin[:, j])
             per[r, j] = root
