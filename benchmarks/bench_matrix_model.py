@@ -151,13 +151,13 @@ def analysis(data, S) -> dict:
     return dict(rows=rows, summary=dict(groups=groups, law=law))
 
 
-def run_model(S, P, analysis_fn, replot_fn, name, outdir) -> dict:
-    """The model benchmarks' run: draws, analysis against the committed GD seeds, figure (shared with
-    ``bench_matrix_model_width4``)."""
+def run_model(S, P, analysis_fn, replot_fn, name, outdir, draws_fn=None) -> dict:
+    """The model benchmarks' run: draws (``draws_fn``, default :func:`draws`), analysis against the committed
+    GD seeds, figure (shared with ``bench_matrix_model_width4`` and ``bench_matrix_model_edge``)."""
     jax.config.update("jax_enable_x64", True)
     perf = []
     t0 = time.perf_counter()
-    data = dict(model=draws(P, S, perf))
+    data = dict(model=(draws_fn or draws)(P, S, perf))
     an = analysis_fn(data, S)
     data["summary"] = an["summary"]
     perf.append(dict(what="whole benchmark", value=time.perf_counter() - t0, unit="s", ratio=None, note=""))

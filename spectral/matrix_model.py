@@ -77,6 +77,14 @@ def _check(law, delta, d, draws, k, method, hard_dims):
         raise SpectralError(f"k = {k} exceeds the matrix size d·m = {d * law.m}.")
 
 
+def _distinct_blocks(law: BlockLaw) -> int:
+    """Number of distinct blocks D in the law's pool. A DMFT law with antithetic hard coordinates holds each block
+    twice when the hard overlap is zero (±z give the same r and y = h(z) even), so its pool has paths/2 distinct
+    blocks: the size that sets how far into the tail the pool reaches."""
+    D = np.asarray(law.D).reshape(law.size, -1)
+    return int(np.unique(D, axis=0).shape[0])
+
+
 def matrix_model(law: BlockLaw, delta, d: int, *, draws: int, key=None, k: int = 6, method: str = "auto",
                  ridge: float = 0.0, replace: Optional[bool] = None, max_iters=None,
                  tol: float = 1e-10) -> MatrixModelDraws:
@@ -89,7 +97,11 @@ def matrix_model(law: BlockLaw, delta, d: int, *, draws: int, key=None, k: int =
     the law's weights are uniform, which needs ``law.size ≥ n``; with replacement, by weight, otherwise).
     Drawing without replacement from a pool of N points is sampling the pool's empirical law: its tail
     beyond mass 1/N is absent, so keep N ≫ n where the edge is set by the extreme samples (the setting records
-    N/n). ``method``: "dense", "lanczos" or "auto" (dense for d·m ≤ ``DENSE_MAX_DM``); ``max_iters``, ``tol``:
+    N/n and the distinct blocks over n). Measured (benchmarks ``matrix_model_edge``, ``edge_tail``; phase
+    retrieval m = 4, n = 3000–6000): a pool of 65 536 distinct blocks (131 072 antithetic DMFT paths; 11–22
+    distinct blocks per sample) gave the sample minimum of λ_min(D) an sd of 0.18–0.21 and the model's edge an
+    sd of 0.049–0.056, against GD's 0.29 and 0.075; drawn from 524 288 distinct blocks the sample minimum has
+    GD's sd. For the law of the edge over draws, keep the distinct blocks ≳ 100 n. ``method``: "dense", "lanczos" or "auto" (dense for d·m ≤ ``DENSE_MAX_DM``); ``max_iters``, ``tol``:
     Lanczos's. ``ridge``: added to H (e.g. ``float(problem.ridge)``, as in the W-Hessian)."""
     delta = float(delta)
     hard_dims = 0 if law.zeta is None else int(law.zeta.shape[1])
@@ -124,6 +136,6 @@ def matrix_model(law: BlockLaw, delta, d: int, *, draws: int, key=None, k: int =
                    law=law.source, law_size=N, m=m, hard_dims=hard_dims, delta=delta, d=int(d), n=n, draws=int(draws),
                    k=int(k), method=method, ridge=float(ridge),
                    sampling="with replacement, by weight" if replace else "without replacement (uniform weights)",
-                   pool_over_n=N / n)
+                   pool_over_n=N / n, pool_distinct_over_n=_distinct_blocks(law) / n)
     return MatrixModelDraws(eigenvalues=np.stack(evs), hard_weight=np.stack(hws), constrained_edge=np.asarray(edges),
                             setting=setting)

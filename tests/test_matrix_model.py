@@ -82,3 +82,21 @@ def test_matrix_model_bad_input():
         spectral.matrix_model(law, 2.0, 10, draws=0)
     with pytest.raises(spectral.SpectralError, match="delta"):
         spectral.matrix_model(law, -1.0, 10, draws=1)
+
+
+def test_matrix_model_counts_the_pool_s_distinct_blocks():
+    """An antithetic DMFT law holds each block twice (±z share D when the hard overlap is 0): the setting's
+    pool_distinct_over_n is half its pool_over_n, the number that says how far into the tail the pool reaches."""
+    import benchmarks.bench_delta_star_trend as b
+    from dmft import activations
+
+    P = b.problem(activations.get("quadratic"), m=2)
+    tr = dmft.solve(P, 3.0, 0.2, 4, 1024, jax.random.key(0), save_samples_at=(4,))
+    law = spectral.law_from_dmft(P, tr, 4)
+    mm = spectral.matrix_model(law, 3.0, 40, draws=1, key=jax.random.key(1))
+    assert mm.setting["pool_over_n"] == pytest.approx(1024 / 120)
+    assert mm.setting["pool_distinct_over_n"] == pytest.approx(512 / 120)
+    # a law from iid samples has every block once
+    z = jax.random.normal(jax.random.key(2), (600, 1))
+    mm = spectral.matrix_model(spectral.law_from_samples(-z[:, 0] ** 2, zeta=z), 3.0, 40, draws=1)
+    assert mm.setting["pool_distinct_over_n"] == mm.setting["pool_over_n"] == 5.0
