@@ -17,12 +17,12 @@ edge law to a fraction of GD's error bars.
   eigenvalue on the non-hard rows: GD's quantity), dense for d·m ≤ 3000, else Lanczos (``max_iters``, as GD's).
 - simulation side: ``finite_n_edge_law``'s committed GD edges (``seeds`` per d, read, not rerun) and its
   committed Gumbel and spike laws.
-Finding (session 45, the committed run): means, medians and KS agree at every d, but the model's sd falls with d
-(0.074 / 0.064 / 0.056 / 0.049) while GD's does not (0.093 / 0.069 / 0.075 / 0.076): outside 3 s.e. at d = 2000
-and pooled. ``edge_tail`` locates it in the pool, not in GD: finite_n_edge_law's 131 072 antithetic paths hold
-65 536 distinct blocks (±z share D), 11–22 per sample at d = 1000–2000, too few for the extreme sample's law;
-drawn from 2^20 paths the sample minimum of λ_min(D) has GD's sd. A rerun on 2^20 paths (``paths``) costs
-~1.2 s more a draw (``jax.random.choice`` permutes the pool): ~40 min on 2 cores with 100 / 50 draws.
+Finding (session 45). A first run drew from finite_n_edge_law's two keys of 131 072 paths: means, medians and KS
+agreed at every d, but the model's sd fell with d (0.074 / 0.064 / 0.056 / 0.049) while GD's did not (0.093 /
+0.069 / 0.075 / 0.076), outside 3 s.e. at d = 2000 and pooled. ``edge_tail`` located it in the pool: antithetic
+paths share D (±z), so 131 072 paths hold 65 536 distinct blocks, 11–22 per sample at d = 1000–2000, too few for
+the extreme sample's law. The committed run draws from one key of 2^20 paths (≥ 87 distinct blocks a sample;
+~0.7 s more a draw: ``jax.random.choice`` permutes the pool) and agrees with GD in every row.
 
 - rows per d: the model's sd, mean and median of the edge against GD's (3 combined s.e.; bootstrap over draws
   and over seeds), a two-sample Kolmogorov–Smirnov test (model draws against GD seeds, p > 0.01); the model's
@@ -48,16 +48,19 @@ HERE = pathlib.Path(__file__).resolve().parent
 def settings(mode: str) -> dict:
     src = HERE / "results" / ("quick" if mode == "quick" else "") / "finite_n_edge_law.json"
     G = json.loads(src.read_text())["setting"]
-    S = dict(source=str(src.relative_to(HERE.parent)), delta=G["delta"], lr=G["lr"], steps=G["steps"], paths=G["paths"],
-             keys=G["keys"], dmft_key=G["key"], ds=G["ds"], gd_seeds=G["seeds"], k=G["k"], draws_per_key=200,
-             draws_per_key_at={"2000": 60}, mm_key=46, max_iters=400, bootstrap=2000, problem=G["problem"],
+    S = dict(source=str(src.relative_to(HERE.parent)), delta=G["delta"], lr=G["lr"], steps=G["steps"], paths=1_048_576,
+             keys=1, dmft_key=G["key"], ds=G["ds"], gd_seeds=G["seeds"], k=G["k"], draws_per_key=60,
+             draws_per_key_at={"2000": 30}, mm_key=46, max_iters=400, bootstrap=2000, problem=G["problem"],
+             pool="2^20 paths (524 288 distinct blocks, ≥ 87 a sample); the first run (session 45) drew 400 / 120 draws "
+                  "a d from finite_n_edge_law's two keys of 131 072 paths (65 536 distinct blocks each) and found the "
+                  "model's sd 0.074 / 0.064 / 0.056 / 0.049 (d = 250–2000), outside GD's at d = 2000",
              method="spectral.matrix_model method='auto' (dense eigh for d·m ≤ 3000, else Lanczos with max_iters)",
              model="H = (1/n) Σ x_i x_iᵀ ⊗ D_i, n = round(δ d), (ζ_i, D_i) drawn without replacement from the DMFT paths "
                    "at t, x_i = (ζ_i, g_i) (spectral.matrix_model)",
              quantity="constrained edge: smallest eigenvalue of H on the non-hard rows (GD: of the float64 W-Hessian "
                       "after GD on the first-phase manifold, freeze_hard=True)")
     if mode == "quick":
-        S.update(draws_per_key=12, draws_per_key_at={}, bootstrap=200)
+        S.update(paths=16_384, draws_per_key=24, draws_per_key_at={}, bootstrap=200)
     return S
 
 

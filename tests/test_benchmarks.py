@@ -1236,9 +1236,9 @@ def test_committed_matrix_model_width4_is_consistent():
 def test_committed_matrix_model_edge_is_consistent():
     """matrix_model_edge (GD's finite-d edge law against the DMFT law's random-matrix model): rows and summary
     rebuilt from the stored draws and finite_n_edge_law's committed GD edges; the claims of docs/spectral.md: the
-    model's edge mean, median and distribution (KS) agree with GD's at every d, but its sd is below GD's at every
-    d, outside 3 s.e. at d = 2000 and pooled over d (the model's sd is even below the Gumbel law's there; GD's is
-    above: benchmark edge_tail says why)."""
+    model, drawn from 2^20 DMFT paths (≥ 87 distinct blocks a sample), agrees with GD in every row: edge sd, mean,
+    median and KS at every d, and the pooled sd excess over the Gumbel law (the first run, from 131 072 paths,
+    did not: its sd was outside GD's at d = 2000; benchmark edge_tail says why)."""
     from benchmarks.bench_matrix_model_edge import _dpk, analysis, settings
 
     for res, mode in ((_load("matrix_model_edge"), "standard"),
@@ -1251,12 +1251,9 @@ def test_committed_matrix_model_edge_is_consistent():
         assert_same_json(an["rows"], res["accuracy"])
         assert_same_json(an["summary"], data["summary"])
         if mode == "standard":
-            bad = [r["quantity"] for r in res["accuracy"] if r["agree"] is False]
-            assert len(bad) == 2 and "d=2000: sd of the constrained edge" in bad[0] and "pooled" in bad[1], bad
+            assert all(r["agree"] for r in res["accuracy"] if r["agree"] is not None)
             assert sum(r["agree"] is not None for r in res["accuracy"]) == 4 * len(S["ds"]) + 1
-            sm = data["summary"]
-            assert all(g["model_sd"] < g["gd_sd"] for g in sm["groups"])
-            assert sm["model_sd_excess_mean"] < 0 < sm["gd_sd_excess_mean"]
+            assert all(g["pool_distinct_over_n"] >= 87 for g in data["summary"]["groups"])
 
 
 def test_committed_edge_tail_is_consistent():
