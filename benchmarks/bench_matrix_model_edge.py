@@ -11,23 +11,24 @@ finite-d effect of the spectrum. ``spectral.matrix_model`` samples H = (1/n) Σ 
 iid from the DMFT law at (δ, d) and has them all; many draws (hundreds per d, where GD has 48 seeds) give its
 edge law to a fraction of GD's error bars.
 
-- theory side: ``finite_n_edge_law``'s DMFT laws (same problem, δ, η, steps, paths and keys ``fold_in(fold_in(
-  key(11), paths), j)``, j < ``keys``: the laws its Gumbel sds came from); per (d, key) ``draws_per_key`` draws of
+- theory side: the DMFT law of ``finite_n_edge_law``'s problem, δ, η and steps, with its key construction
+  ``fold_in(fold_in(key(11), paths), j)``, j < ``keys``, at ``paths`` = 2^20 (one key; finite_n_edge_law's own
+  Gumbel sds came from two keys of 131 072 paths); per (d, key) ``draws_per_key`` draws of
   ``spectral.matrix_model`` (key ``fold_in(fold_in(key(mm_key), d), j)``), the constrained edge (smallest
   eigenvalue on the non-hard rows: GD's quantity), dense for d·m ≤ 3000, else Lanczos (``max_iters``, as GD's).
 - simulation side: ``finite_n_edge_law``'s committed GD edges (``seeds`` per d, read, not rerun) and its
   committed Gumbel and spike laws.
+- rows per d: the model's sd, mean and median of the edge against GD's (3 combined s.e.; bootstrap over draws
+  and over seeds), a two-sample Kolmogorov–Smirnov test (model draws against GD seeds, p > 0.01); the model's
+  sd against the Gumbel law's (informational: what the Gumbel law leaves out). Pooled over d: the mean excess
+  of the sd over the Gumbel law's, model against GD.
+
 Finding (session 45). A first run drew from finite_n_edge_law's two keys of 131 072 paths: means, medians and KS
 agreed at every d, but the model's sd fell with d (0.074 / 0.064 / 0.056 / 0.049) while GD's did not (0.093 /
 0.069 / 0.075 / 0.076), outside 3 s.e. at d = 2000 and pooled. ``edge_tail`` located it in the pool: antithetic
 paths share D (±z), so 131 072 paths hold 65 536 distinct blocks, 11–22 per sample at d = 1000–2000, too few for
 the extreme sample's law. The committed run draws from one key of 2^20 paths (≥ 87 distinct blocks a sample;
 ~0.7 s more a draw: ``jax.random.choice`` permutes the pool) and agrees with GD in every row.
-
-- rows per d: the model's sd, mean and median of the edge against GD's (3 combined s.e.; bootstrap over draws
-  and over seeds), a two-sample Kolmogorov–Smirnov test (model draws against GD seeds, p > 0.01); the model's
-  sd against the Gumbel law's (informational: what the Gumbel law leaves out). Pooled over d: the mean excess
-  of the sd over the Gumbel law's, model against GD.
 """
 
 from __future__ import annotations

@@ -101,7 +101,10 @@ def matrix_model(law: BlockLaw, delta, d: int, *, draws: int, key=None, k: int =
     retrieval m = 4, n = 3000–6000): a pool of 65 536 distinct blocks (131 072 antithetic DMFT paths; 11–22
     distinct blocks per sample) gave the sample minimum of λ_min(D) an sd of 0.18–0.21 and the model's edge an
     sd of 0.049–0.056, against GD's 0.29 and 0.075; drawn from 524 288 distinct blocks the sample minimum and the
-    model's edge law (sd, mean, median, KS) agree with GD's. For the law of the edge over draws, keep the distinct blocks ≳ 100 n. ``method``: "dense", "lanczos" or "auto" (dense for d·m ≤ ``DENSE_MAX_DM``); ``max_iters``, ``tol``:
+    model's edge law (sd, mean, median, KS) agree with GD's. For the law of the edge over draws, keep the
+    distinct blocks ≳ 100 n.
+
+    ``method``: "dense", "lanczos" or "auto" (dense for d·m ≤ ``DENSE_MAX_DM``); ``max_iters``, ``tol``:
     Lanczos's. ``ridge``: added to H (e.g. ``float(problem.ridge)``, as in the W-Hessian)."""
     delta = float(delta)
     hard_dims = 0 if law.zeta is None else int(law.zeta.shape[1])
