@@ -76,7 +76,8 @@ def gd_side(P, S, perf) -> dict:
                             key=jax.random.fold_in(jax.random.key(S["sim_key"]), d), freeze_hard=True, return_weights=True,
                             test_samples=256)
         method = "dense" if d * P.m <= S["dense_max_dm"] else "lanczos"
-        spec = lambda X, D, s: bottom_spectrum(X, D, float(P.ridge), (0,), k=S["k"], method=method, key=jax.random.key(s),
+        hard = tuple(P.teacher.hard_coordinates())       # as spectral.hard_outlier_at_state (GD's committed edges)
+        spec = lambda X, D, s: bottom_spectrum(X, D, float(P.ridge), hard, k=S["k"], method=method, key=jax.random.key(s),
                                                max_iters=S["max_iters"])[2]
         rec = dict(edge=[], fresh=[], sample_min=[], tail_counts=np.zeros(len(S["thresholds"]), int), blocks=0,
                    block_sum=0.0, block_sq=0.0, method=method)
@@ -87,7 +88,7 @@ def gd_side(P, S, perf) -> dict:
             fr = []
             for r in range(_reps(S, d)):
                 kx = jax.random.fold_in(jax.random.fold_in(jax.random.key(S["fresh_key"]), d), 100 * s + r)
-                Xf = jax.random.normal(kx, X.shape, X.dtype).at[:, 0].set(X[:, 0])
+                Xf = jax.random.normal(kx, X.shape, X.dtype).at[:, list(hard)].set(X[:, list(hard)])
                 fr.append(float(spec(Xf, D, s)))
             rec["fresh"].append(fr)
             lmin = np.asarray(jnp.linalg.eigvalsh(D)[:, 0])

@@ -156,9 +156,8 @@ def analysis(data, S) -> dict:
                            model_median=float(np.median(e)), gd_median=float(np.median(g)),
                            gumbel_median=float(gmed[:, i].mean()), model_mean_per_key=E.mean(1).tolist(),
                            ks_statistic=float(ks.statistic), ks_pvalue=float(ks.pvalue),
-                           method=data["model"][str(d)]["method"], pool_over_n=data["model"][str(d)]["pool_over_n"]))
-        if "pool_distinct_over_n" in data["model"][str(d)]:       # recorded since the run after the committed one
-            groups[-1]["pool_distinct_over_n"] = data["model"][str(d)]["pool_distinct_over_n"]
+                           method=data["model"][str(d)]["method"], pool_over_n=data["model"][str(d)]["pool_over_n"],
+                           pool_distinct_over_n=data["model"][str(d)]["pool_distinct_over_n"]))
     # pooled over d: the mean excess of the sd over the Gumbel law's (the Gumbel sds' key spread is their s.e.)
     ex_m = np.array([x["model_sd"] - x["gumbel_sd"] for x in groups])
     ex_g = np.array([x["gd_sd"] - x["gumbel_sd"] for x in groups])
