@@ -27,7 +27,7 @@ from .hessian import (block_matvec, dense_block_matrix, dense_hessian, finite_bl
 from .lanczos import (LanczosResult, SLQResult, lanczos_extreme, stochastic_lanczos_quadrature,  # noqa: E402
                       subspace_overlap)
 from .law import (BlockLaw, detect_unbounded, law_from_dmft, law_from_problem, law_from_samples,  # noqa: E402
-                  sample_blocks, truncate, unbounded_through_labels,
+                  sample_blocks, stratify, truncate, unbounded_through_labels,
                   unbounded_through_preactivations)
 from .outliers import A_derivative, A_matrix, OutlierResult, all_outliers, outlier  # noqa: E402
 from .quadrature import normal_nodes, teacher_nodes  # noqa: E402
@@ -44,7 +44,7 @@ from .stieltjes import (EdgeResult, StieltjesResult, bulk_edge, density, fixed_p
 __all__ = [
     "SpectralError", "message", "SUCCESS", "MAX_ITERS", "WRONG_BRANCH", "NO_EDGE", "NO_OUTLIER",
     "UNBOUNDED_SUPPORT", "NONFINITE",
-    "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "truncate",
+    "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "stratify", "truncate",
     "detect_unbounded", "unbounded_through_labels", "unbounded_through_preactivations",
     "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "EdgeLaw", "finite_n_edge_law", "fixed_point_map", "linearization",
     "SuccessLaw", "finite_n_success_law", "success_laws",

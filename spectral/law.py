@@ -328,6 +328,39 @@ def truncate(law: BlockLaw, n: int, side: str, mode: str = "drop") -> BlockLaw:
                     source=f"{law.source}; truncated at 1-1/n quantile ({side}), n={n}")
 
 
+def stratify(law: BlockLaw, side: str, *, tail_mass: float, bulk: int, seed: int = 0) -> BlockLaw:
+    """A smaller law with the same tail: every sample within tail mass ``tail_mass`` of the extreme on
+    ``side`` (the order of :func:`tail_order`) kept with its weight, and the others replaced by ``bulk``
+    of them chosen by systematic sampling along that order (points ``(u + k)/bulk``, k < ``bulk``, of
+    their cumulative weight, one uniform ``u`` from numpy ``seed``), each carrying ``1/bulk`` of their total
+    weight. Unbiased for every expectation over the bulk, and exact in the law of the extreme eigenvalue
+    up to ``1/bulk`` of the bulk's mass (so its Monte Carlo error is far below a uniform subsample's);
+    the tail quantiles below ``tail_mass`` (:func:`truncate` at ``n ≥ 1/tail_mass``, the levels of
+    :func:`spectral.finite_n_edge_law`) are the full law's exactly. Why: the edge solves cost ∝ samples,
+    and the law of an extreme needs a pool large in its tail only (docs/spectral.md "The pool must reach
+    the tail"). Concrete arrays only."""
+    if side not in SIDES:
+        raise SpectralError(f"side must be 'bottom' or 'top'; got {side!r}.")
+    if not (np.isfinite(tail_mass) and 0.0 < tail_mass < 1.0):
+        raise SpectralError(f"tail_mass must lie in (0, 1) (the weight kept whole on side={side!r}); got {tail_mass!r}.")
+    _, order, cw, _ = tail_order(law, side)
+    k = int(np.searchsorted(cw, tail_mass, side="right"))          # samples with cumulative tail weight ≤ tail_mass
+    rest = order[k:]
+    if not (isinstance(bulk, (int, np.integer)) and 1 <= bulk < rest.size):
+        raise SpectralError(f"bulk must be an integer in [1, {rest.size}) (the samples outside the tail: fewer, or use "
+                            f"the law itself); got {bulk!r}.")
+    w = np.asarray(law.weights, float)
+    c_rest = np.cumsum(w[rest])
+    u = (np.random.default_rng(seed).uniform() + np.arange(int(bulk))) / int(bulk) * c_rest[-1]
+    pick = rest[np.minimum(np.searchsorted(c_rest, u, side="right"), rest.size - 1)]
+    idx = np.concatenate([order[:k], pick])
+    wn = np.concatenate([w[order[:k]], np.full(int(bulk), c_rest[-1] / int(bulk))])
+    return BlockLaw(D=law.D[idx], weights=jnp.asarray(wn / wn.sum()),
+                    zeta=None if law.zeta is None else law.zeta[idx], unbounded=law.unbounded,
+                    source=f"{law.source}; stratified ({side}): tail mass {tail_mass:g} whole ({k} samples), "
+                           f"{int(bulk)} of {rest.size} others (systematic along the tail order)")
+
+
 def padded_size(n: int) -> int:
     """Sample count a law is padded to before a jitted solver (:func:`for_jit`): ``n`` itself up to
     256; up to 16384 the smallest ``2^k`` or ``1.5·2^k`` ≥ ``n`` (at most 50% more rows, where

@@ -1238,7 +1238,9 @@ def test_committed_matrix_model_edge_is_consistent():
     rebuilt from the stored draws and finite_n_edge_law's committed GD edges; the claims of docs/spectral.md: the
     model, drawn from 2^20 DMFT paths (≥ 87 distinct blocks a sample), agrees with GD in every row: edge sd, mean,
     median and KS at every d, and the pooled sd excess over the Gumbel law (the first run, from 131 072 paths,
-    did not: its sd was outside GD's at d = 2000; benchmark edge_tail says why)."""
+    did not: its sd was outside GD's at d = 2000; benchmark edge_tail says why); the Gumbel law from the same
+    2^20 paths (stratified; the stratification checked against finite_n_edge_law's full-pool laws) agrees with
+    GD in sd, median, mean, the fractions below e(c), KS and the pooled sd excess."""
     from benchmarks.bench_matrix_model_edge import _dpk, analysis, settings
 
     for res, mode in ((_load("matrix_model_edge"), "standard"),
@@ -1250,10 +1252,23 @@ def test_committed_matrix_model_edge_is_consistent():
         an = analysis(data, S)
         assert_same_json(an["rows"], res["accuracy"])
         assert_same_json(an["summary"], data["summary"])
+        for d in S["ds"]:
+            assert len(data["model"][str(d)]["gumbel"]) == S["gumbel_keys"]
+            assert len(data["model"]["stratify_check"][str(d)]) == S["stratify_check"]["keys"]
         if mode == "standard":
             assert all(r["agree"] for r in res["accuracy"] if r["agree"] is not None)
-            assert sum(r["agree"] is not None for r in res["accuracy"]) == 4 * len(S["ds"]) + 1
+            # model: 4 rows a d + pooled; Gumbel law from 2^20 paths: 3 a d, 5 levels, KS, pooled; stratification: 2
+            assert sum(r["agree"] is not None for r in res["accuracy"]) == 4 * len(S["ds"]) + 1 + 3 * len(S["ds"]) + 7 + 2
             assert all(g["pool_distinct_over_n"] >= 87 for g in data["summary"]["groups"])
+            # session 46: the Gumbel law from 2^20 paths (≥ 87 tail samples beyond its deepest level) has GD's sd at
+            # d >= 1000, where finite_n_edge_law's from 131 072 paths was 0.010-0.014 lower; GD's pooled sd excess
+            # over it is within 2 s.e. of 0
+            gp = data["summary"]["gumbel_pool"]
+            assert all(p["adequate"] and p["min_tail_samples"] >= 87 for p in gp["per_d"])
+            for p in gp["per_d"]:
+                if p["d"] >= 1000:
+                    assert p["sd"] - p["small_pool_sd"] > 0.008 and abs(p["sd"] - p["gd_sd"]) < p["gd_sd_se"], p
+            assert abs(gp["gd_sd_excess_mean"]) < 2 * gp["gd_sd_excess_se"]
 
 
 def test_committed_edge_tail_is_consistent():
