@@ -1,7 +1,7 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
 Three sizes (``MODES``): ``quick`` (~11 min for the whole suite on a 2-core CPU with two worker
-processes sharing a work queue: 672 s with 50 benchmarks in session 43, 754 s the same day before its
+processes sharing a work queue: 695 s with 54 benchmarks in session 47 (755 s of compilation in 1355 s of summed wall); 672 s with 50 benchmarks in session 43, 754 s the same day before its
 Threefry lowering (``dmft/threefry_cpu.py``; 733 of 1303 s of summed wall is compilation); 733 s with 49 benchmarks in session 42 (839 s of compilation in 1429 s of
 summed wall; the secant outlier search cut the non-compilation part 633 → 590 s); 729 s with 48 in session 41
 (792 s of compilation in 1425 s); 764 s with 45 benchmarks in session 38, 875 s of XLA compilation in
@@ -19,7 +19,7 @@ with 25 in one process (``--jobs 1``). Every JSON records its compilation time (
 compilation is most of what is left (e.g. 43 s of 81 s of ``design`` alone; 45 of 78 s
 of ``dmft``; 391 programs in ``flows``). ``standard``
 (the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~26.0 h
-in one process, the sum of the committed runs' walls, 54 benchmarks from 27 s to 107 min (2026-12-07): rerun them
+in one process, the sum of the committed runs' walls, 55 benchmarks from 27 s to 107 min (2026-12-07): rerun them
 one at a time with ``--only``) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
 
