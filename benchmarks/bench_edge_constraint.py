@@ -82,8 +82,7 @@ def gd_side(P, S, perf) -> dict:
             i_ext = int(jnp.argmin(jnp.linalg.eigvalsh(D)[:, 0]))
             rec["leverage_extreme"].append(float(jnp.sum(Ug[i_ext] ** 2)))
             # the replica's complement is orthogonal to the step gradients (relative to the unconstrained draw's)
-            basis = jnp.concatenate([jnp.eye(d, P.k, dtype=X.dtype), W_at.transpose(1, 0, 2).reshape(d, -1)], axis=1)
-            Qs, _ = jnp.linalg.qr(basis)
+            Qs = dmft.trajectory_span(P, W_at)
             perp = Xr - (Xr @ Qs) @ Qs.T
             rel = float(jnp.abs(g.T @ perp).max() / jnp.abs(g.T @ (Xf - (Xf @ Qs) @ Qs.T)).max())
             rec["constraint_residual"] = max(rec["constraint_residual"], rel)

@@ -19,7 +19,7 @@ THREEFRY_STATUS = _fenced_threefry()
 
 from . import activations, families, success, sweep  # noqa: E402
 from .simulate import SimulationResult, simulate, simulation_data  # noqa: E402
-from .replica import step_gradients, trajectory_replica  # noqa: E402
+from .replica import step_gradients, trajectory_replica, trajectory_span  # noqa: E402
 from .solve import DMFTError, Trajectory, solve, solve_sweep  # noqa: E402
 from .stationary import Stationary, Warmup, stationary, stationary_sweep  # noqa: E402
 from .data import empirical_risk, init_weights, sample_data  # noqa: E402
@@ -40,7 +40,7 @@ from .problem import (  # noqa: E402
 )
 
 __all__ = [
-    "activations", "families", "success", "sweep", "SimulationResult", "simulate", "simulation_data", "step_gradients", "trajectory_replica", "DMFTError", "Trajectory", "solve", "solve_sweep",
+    "activations", "families", "success", "sweep", "SimulationResult", "simulate", "simulation_data", "step_gradients", "trajectory_replica", "trajectory_span", "DMFTError", "Trajectory", "solve", "solve_sweep",
     "Stationary", "Warmup", "stationary", "stationary_sweep",
     "empirical_risk", "init_weights", "sample_data",
     "Init", "Problem", "ProblemError", "Teacher", "TwoLayer", "check_finite_maps",

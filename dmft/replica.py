@@ -35,6 +35,15 @@ def step_gradients(problem: Problem, X, y, W_at, a) -> jax.Array:
     return g.reshape(X.shape[0], -1)
 
 
+def trajectory_span(problem: Problem, W_at) -> jax.Array:
+    """Orthonormal basis (d, k + m(T+1)) of the span ``S`` of the teacher's coordinates and ``W^0 … W^T``
+    (``W_at``: (T+1, d, m)); every GD update lies in it."""
+    W_at = jnp.asarray(W_at)
+    d = W_at.shape[1]
+    basis = jnp.concatenate([jnp.eye(d, problem.k, dtype=W_at.dtype), W_at.transpose(1, 0, 2).reshape(d, -1)], axis=1)
+    return jnp.linalg.qr(basis)[0]
+
+
 def trajectory_replica(problem: Problem, X, y, W_at, a, key) -> jax.Array:
     """A draw ``X'`` of the data from its law given the GD trajectory ``W_at`` = ``W^0 … W^T`` (T+1, d, m) and the
     labels ``y`` (module docstring): the teacher's coordinates and the span of ``W^0 … W^T`` kept, the rest
@@ -52,8 +61,7 @@ def trajectory_replica(problem: Problem, X, y, W_at, a, key) -> jax.Array:
         raise ProblemError(f"trajectory_replica needs d > k + m(T+1) = {problem.k + problem.m * (T + 1)} and n > m·T = "
                            f"{problem.m * T} (got d={d}, n={n}): the trajectory's span would be all of R^d or the "
                            f"gradients all of R^n; use fewer steps (T={T}) or larger d.")
-    basis = jnp.concatenate([jnp.eye(d, problem.k, dtype=X.dtype), W_at.transpose(1, 0, 2).reshape(d, -1)], axis=1)
-    Qs, _ = jnp.linalg.qr(basis)                                  # span S: teacher coordinates + W^0 … W^T
+    Qs = trajectory_span(problem, W_at)                            # span S: teacher coordinates + W^0 … W^T
     Ug, _ = jnp.linalg.qr(step_gradients(problem, X, y, W_at, a))  # span of the step gradients in R^n
     G = jax.random.normal(key, X.shape, X.dtype)
     G_perp = G - Ug @ (Ug.T @ G)

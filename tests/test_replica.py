@@ -54,8 +54,9 @@ def test_replica_retraces_the_trajectory(P, freeze):
     Wx, _ = _retrace(P, X, y, W_at[0], a_at[0], eta, T, hard)     # the loop is GD's: on X itself it is the run
     np.testing.assert_allclose(Wx, W_at, atol=1e-10)
     assert float(jnp.linalg.norm(Xr - X)) > 0.5 * float(jnp.linalg.norm(X))
-    basis = jnp.concatenate([jnp.eye(d, P.k), W_at.transpose(1, 0, 2).reshape(d, -1)], axis=1)
-    Qs, _ = jnp.linalg.qr(basis)
+    Qs = dmft.trajectory_span(P, W_at)
+    assert Qs.shape == (d, P.k + P.m * (T + 1))
+    np.testing.assert_allclose(Qs.T @ Qs, np.eye(Qs.shape[1]), atol=1e-10)
     np.testing.assert_allclose(X @ Qs, Xr @ Qs, atol=1e-10)
     g = dmft.step_gradients(P, X, y, W_at, a_at)
     perp = Xr - (Xr @ Qs) @ Qs.T
