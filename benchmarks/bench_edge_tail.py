@@ -200,12 +200,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     t0 = time.perf_counter()
     data = dict(law=law_side(P, S, perf), large=law_side(P, S, perf, S["large_paths"], S["large_keys"]))
     data["gd"] = gd_side(P, S, perf)
-    an = analysis(data, S)
-    data["summary"] = an["summary"]
-    perf.append(dict(what="whole benchmark", value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
-    res = dict(setting=S, accuracy=an["rows"], performance=perf, data=data, figure=f"{NAME}.png")
-    replot(res, outdir)
-    return res
+    from .runner import assemble
+    return assemble(NAME, S, data, analysis, perf, t0, replot, outdir)
 
 
 def replot(res, outdir):

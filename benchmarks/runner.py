@@ -181,6 +181,18 @@ class _CompileLog:
 _COMPILE = _CompileLog()
 
 
+def assemble(name: str, setting: dict, data: dict, analysis, perf: list, t0: float, replot, outdir) -> dict:
+    """The result of a benchmark whose ``analysis(data, setting)`` returns ``rows`` and ``summary``: the summary
+    stored in ``data``, a "whole benchmark" timing since ``t0`` appended to ``perf``, the figure drawn by
+    ``replot(res, outdir)``."""
+    an = analysis(data, setting)
+    data["summary"] = an["summary"]
+    perf.append(dict(what="whole benchmark", value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
+    res = dict(setting=setting, accuracy=an["rows"], performance=perf, data=data, figure=f"{name}.png")
+    replot(res, outdir)
+    return res
+
+
 def _map_count():
     """Memory mappings of this process (Linux ``/proc/self/maps``; None elsewhere). Every compiled
     XLA CPU program holds some; the kernel limit is ``vm.max_map_count`` (65530 by default)."""
