@@ -18,7 +18,7 @@ included); 735 s with 29 on 2026-12-03; 860 s before the outlier-solve speed-up 
 with 25 in one process (``--jobs 1``). Every JSON records its compilation time (``compile``);
 compilation is most of what is left (e.g. 43 s of 81 s of ``design`` alone; 45 of 78 s
 of ``dmft``; 391 programs in ``flows``). ``standard``
-(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~26.0 h
+(the default: the CPU-sized runs whose JSON is committed in ``benchmarks/results/``; ~26.7 h
 in one process, the sum of the committed runs' walls, 56 benchmarks from 27 s to 107 min (2026-12-07): rerun them
 one at a time with ``--only``) and ``full`` (GPU-sized; ``benchmarks/gpu_run.sh`` writes
 ``benchmarks/results/gpu/``).
