@@ -30,9 +30,9 @@ def step_gradients(problem: Problem, X, y, W_at, a) -> jax.Array:
     W_at = jnp.asarray(W_at)
     T = W_at.shape[0] - 1
     a_at = jnp.broadcast_to(jnp.asarray(a, W_at.dtype), (T + 1, W_at.shape[-1]))
-    grad = jax.vmap(lambda yy, rr, aa: sample_grad(problem, yy, rr, aa), in_axes=(0, 0, None))
-    g = jnp.stack([grad(y, X @ W_at[t], a_at[t]) for t in range(T)], axis=1)      # (n, T, m)
-    return g.reshape(X.shape[0], -1)
+    grad = jax.vmap(lambda yy, rr, aa: sample_grad(problem, yy, rr, aa), in_axes=(0, 0, None))   # over samples
+    g = jax.vmap(lambda W, a_t: grad(y, X @ W, a_t))(W_at[:T], a_at[:T])                        # over steps: (T, n, m)
+    return g.transpose(1, 0, 2).reshape(X.shape[0], -1)
 
 
 def trajectory_span(problem: Problem, W_at) -> jax.Array:
