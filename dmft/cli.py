@@ -506,6 +506,12 @@ def simulate_cmd(
         fin = lambda v: float(v) if np.isfinite(v) else None      # strict JSON: null where the grid does not bracket 1/2
         payload = {str(dim): dict(success=sc.success.tolist(), delta_50=fin(sc.delta_50), delta_50_stderr=fin(sc.delta_50_stderr),
                                   setting=sc.setting) for dim, sc in results.items()}
+        # the command's own options (the per-d settings hold the simulation's): enough to rerun it
+        payload["setting"] = dict(command="deltann simulate", target=target, activation=activation, width=width, loss=loss,
+                                  init_scale=init_scale, train_second_layer=train_second_layer, power=power, ridge=ridge,
+                                  lr=lr, steps=steps, grid=g, d=dims, seeds=seeds, seed=seed,
+                                  keys="jax.random.key(seed + d) per d, fold_in(., i) per grid point, fold_in(., s) per seed",
+                                  success="hard-subspace cosine > 0.5 at the last step", dtype="float32 (dmft.success_curve)")
         payload["provenance"] = software()        # next to the per-d entries (keys: d as a string)
         json_out.write_text(strict_json(payload))
 
@@ -598,7 +604,10 @@ def design_cmd(
         json_out.write_text(strict_json(dict(provenance=software(), family=family, history=res.history, status=res.status,
                                              message=res.message,
                                              setting=dict(res.setting, target="y = z1 + z2^2 - 1", loss=f"pseudo-Huber {loss_width}",
-                                                          ridge=ridge, criterion=criterion, seed=seed, delta0=delta0))))
+                                                          ridge=ridge, criterion=criterion, seed=seed, delta0=delta0,
+                                                          optimizer=f"optax.adam({learning_rate})", learning_rate=learning_rate,
+                                                          paths=paths, keys=keys,
+                                                          warmup=dict(steps=warmup_steps, lr=warmup_lr)))))
 
 
 def main():  # pragma: no cover

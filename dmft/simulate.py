@@ -29,7 +29,7 @@ import numpy as np
 
 from .data import init_weights, sample_data, fixed_test_set
 from .problem import Problem, ProblemError, check_finite_maps, sample_grad, sample_grad_a
-from .solve import _lr_schedule
+from .solve import _lr_schedule, _problem_setting
 
 
 class SimulationResult(eqx.Module):
@@ -183,6 +183,9 @@ def simulate(
     lr_np = np.asarray(lr, dtype=float)
     if not np.all(np.isfinite(lr_np)) or np.any(lr_np <= 0):
         raise ProblemError(f"lr must be finite and > 0 (got {lr}).")
+    if isinstance(test_samples, bool) or not isinstance(test_samples, (int, np.integer)) or test_samples < 1:
+        raise ProblemError(f"test_samples must be an int >= 1 (the fixed test set of the test error; default 16384); "
+                           f"got {test_samples!r}.")
     check_finite_maps(problem)
     hard = tuple(problem.teacher.hard_coordinates()) if freeze_hard else ()
     if freeze_hard and not hard:
@@ -207,6 +210,7 @@ def simulate(
     obs, Wf, af, Ws, As = _simulate_jit(problem, keys, eta, d, n_arr, steps, test_samples, random_overlap, dtype, seed_batch,
                                         n_real, hard, save_at)
     setting = dict(d=int(d), n=n, n_pad=n_pad, delta=delta_f, lr=lr_np.tolist(), steps=int(steps), seeds=int(seeds),
+                   **_problem_setting(problem, key), seed_keys="fold_in(key, seed) for seed = 0 .. seeds-1",
                    test_samples=int(test_samples), random_overlap=bool(random_overlap),
                    dtype=jnp.dtype(dtype).name, teacher_basis="first k coordinate axes",
                    freeze_hard=list(hard) if hard else False, save_weights_at=list(save_at))

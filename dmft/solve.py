@@ -49,7 +49,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .data import fixed_test_set
-from .problem import Problem, ProblemError, Tracer, check_finite_maps
+from .problem import Problem, ProblemError, Tracer, check_finite_maps, warn_if_response_jumps
+
+JUMP_FIX = ("Use a smooth surrogate (e.g. softplus(β r)/β for ReLU, pseudo-Huber for |e|) for the DMFT; "
+            "setting['response_jump'] records the size.")
 from .prox import per_sample_maps
 from .small_linalg import eigvalsh_small
 
@@ -546,8 +549,10 @@ def solve(
     hard = problem.teacher.hard_coordinates()
     save_at = tuple(sorted(int(t) for t in save_samples_at))
     _validate(problem, delta, lr, steps, paths, save_at, 2 ** len(hard))
+    jump = None
     if check_inputs:
         check_finite_maps(problem)
+        jump = warn_if_response_jumps(problem, "dmft.solve", JUMP_FIX)
     # δ and lr as arrays: traced, so new values never recompile
     delta_a, lr_a = jnp.asarray(delta, dtype=float), jnp.asarray(lr, dtype=float)
     # the jitter is passed as a static argument (read now, not at trace time), so changing
@@ -557,6 +562,7 @@ def solve(
     traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, jit_, nt)
     setting = dict(
         delta=_maybe_float(delta), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
+        **_problem_setting(problem, key), response_jump=jump,
         antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
         field_factor="block-cholesky", chol_jitter=jit_, **_test_setting(nt),
     )
@@ -603,7 +609,33 @@ def _checked(traj: Trajectory, throw: bool) -> Trajectory:
         raise_if_failed(traj)
     warn_if_unstable(traj)
     warn_if_unfaithful(traj)
+    warn_if_diverging(traj)
     return traj
+
+
+DIVERGENCE_FACTOR = 1e6   # train error above this multiple of its initial value, and still growing: GD diverges
+
+
+def warn_if_diverging(traj: Trajectory):
+    """Collective instability: GD diverges when η exceeds 2/λ_max of the Hessian, a property of the whole
+    spectrum that the per-path check of :func:`warn_if_unstable` cannot see (user audit: a linear student at
+    η = 1.9, η·λ_max(Σ̂) > 2, ended at train error 1e62 with no message). The numbers are faithful to a
+    diverging GD; this says so."""
+    import warnings
+
+    if isinstance(traj.train_error, Tracer):
+        return
+    te = np.asarray(traj.train_error, float).reshape(-1, np.shape(traj.train_error)[-1])
+    if te.shape[1] < 4:
+        return
+    with np.errstate(all="ignore"):
+        grow = (te[:, -1] > DIVERGENCE_FACTOR * np.maximum(te[:, 0], 1e-12)) & (te[:, -1] > te[:, -2]) & (te[:, -2] > te[:, -3])
+    if np.any(grow):
+        i = np.nonzero(grow)[0]
+        where = "" if te.shape[0] == 1 else f" (sweep points {i.tolist()})"
+        warnings.warn(f"DMFT{where}: the train error grows without bound ({te[i[0], 0]:.3g} at step 0, {te[i[0], -1]:.3g} at "
+                      f"the last step, ×{te[i[0], -1] / te[i[0], -2]:.3g} per step): GD diverges, the step η is above "
+                      "2/λ_max of the Hessian (a collective instability); reduce lr.", RuntimeWarning, stacklevel=3)
 
 
 def warn_if_unstable(traj: Trajectory):
@@ -643,27 +675,63 @@ def raise_if_failed(traj: Trajectory):
 
 
 def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, save_samples_at=(), throw=True,
-                chol_jitter: float = None, test_samples: int = None):
+                chol_jitter: float = None, test_samples: int = None, lr_per_delta: Optional[bool] = None):
     """δ sweep with common random numbers: one compilation, ``vmap`` over ``deltas``
-    (and over ``lr`` if it has the same leading length). Results have a leading δ axis."""
+    (and over ``lr`` if it has the same leading length). Results have a leading δ axis.
+
+    ``lr``: a scalar or a ``(steps,)`` schedule shared by every δ, or one value / one schedule per δ
+    (leading axis ``len(deltas)``). ``lr_per_delta`` says which; by default it is read from the
+    shape, and a 1-D ``lr`` of length ``steps == len(deltas)`` (either reading fits) is refused
+    unless ``lr_per_delta`` is given. The setting records the reading (``lr_axis``)."""
     hard = problem.teacher.hard_coordinates()
     deltas = jnp.asarray(deltas, dtype=float)
     _validate(problem, deltas, lr, steps, paths, tuple(save_samples_at), 2 ** len(hard))
     check_finite_maps(problem)
+    jump = warn_if_response_jumps(problem, "dmft.solve_sweep", JUMP_FIX)
     save_at = tuple(sorted(int(t) for t in save_samples_at))
     lr_arr = jnp.asarray(lr, dtype=float)
-    # lr swept alongside δ when it has a leading axis of len(deltas) (scalar per point, or a
-    # (len(deltas), steps) schedule); a plain scalar or a (steps,) schedule is shared.
-    lr_axis = 0 if (lr_arr.ndim == 2 or (lr_arr.ndim == 1 and lr_arr.shape != (steps,))) else None
+    lr_axis = _sweep_lr_axis(lr_arr.shape, len(deltas), int(steps), lr_per_delta)
     jit_ = _jitter(chol_jitter)  # static, read now (see solve)
     nt = _test_samples(test_samples)
     fn = jax.vmap(lambda d, e: _solve_core(problem, d, e, key, int(steps), int(paths), hard, save_at, jit_, nt),
                   in_axes=(0, lr_axis))
     traj = fn(deltas, lr_arr)
-    setting = dict(deltas=np.asarray(deltas).tolist(), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
-                   antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
-                   common_random_numbers=True, field_factor="block-cholesky", chol_jitter=jit_, **_test_setting(nt))
+    setting = dict(deltas=np.asarray(deltas).tolist(), lr=_maybe_float(lr),
+                   lr_axis="per delta" if lr_axis == 0 else "shared", steps=int(steps), paths=int(paths),
+                   **_problem_setting(problem, key), response_jump=jump,
+        antithetic_coordinates=list(hard), jacobian="exact-adjoint",
+                   dtype="float64", common_random_numbers=True, field_factor="block-cholesky", chol_jitter=jit_,
+                   **_test_setting(nt))
     return _checked(dataclasses.replace(traj, setting=setting), throw)
+
+
+def _sweep_lr_axis(shape, n_deltas: int, steps: int, lr_per_delta):
+    """0 when ``lr`` carries a leading δ axis, None when it is shared (scalar or ``(steps,)`` schedule)."""
+    shared = shape == () or shape == (steps,)
+    per = len(shape) in (1, 2) and shape[0] == n_deltas and (len(shape) == 1 or shape[1] == steps)
+    if lr_per_delta is None:
+        if shared and per:
+            raise ProblemError(
+                f"lr has shape {shape}: with steps = len(deltas) = {steps} it can be one schedule shared by every δ "
+                "or one lr per δ; say which with lr_per_delta=False (shared schedule) or lr_per_delta=True.")
+        lr_per_delta = per
+    if lr_per_delta and not per:
+        raise ProblemError(f"lr_per_delta=True needs lr of shape (len(deltas),) = ({n_deltas},) or (len(deltas), steps) = "
+                           f"({n_deltas}, {steps}); got {shape}.")
+    if not lr_per_delta and not shared:
+        raise ProblemError(f"a shared lr must be a scalar or a (steps,) = ({steps},) schedule; got shape {shape} "
+                           f"(one lr per δ: shape ({n_deltas},) or ({n_deltas}, {steps})).")
+    return 0 if lr_per_delta else None
+
+
+def _problem_setting(problem: Problem, key) -> dict:
+    """Ridge penalties and the PRNG key for the setting record (None where traced)."""
+    try:
+        typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+        key_data = np.asarray(jax.random.key_data(key) if typed else key).tolist()
+    except Exception:  # traced (e.g. vmapped over keys)
+        key_data = None
+    return dict(ridge=_maybe_float(problem.ridge), ridge_second=_maybe_float(problem.ridge_second), key=key_data)
 
 
 

@@ -113,7 +113,8 @@ def design(family: Callable, params, *, trainable, delta0: float, keys, paths: i
         hist.append(record(it, nb))
         say(f"step {it}: δ_NN = {dnn:.5f} (|∇| = {gnorm:.3g}, backtracks {nb})")
     setting = dict(trainable=list(trainable), steps=int(steps), paths=int(paths), keys=len(keys), level=level,
-                   backtracks=int(backtracks), optimizer="optax.adam(0.05)" if optimizer is None else repr(optimizer),
+                   backtracks=int(backtracks), optimizer="optax.adam(0.05)" if optimizer is None else
+                   "user-supplied optax transformation (its hyperparameters are not introspectable: record them with the result)",
                    warmup=None if warmup is None else dict(lr=float(warmup.lr), steps=int(warmup.steps), paths=int(warmup.paths)),
                    threshold_options={k: v for k, v in (threshold_options or {}).items()},
                    objective="mean over keys of the per-key δ_NN of the stationary route (spectral.threshold_gradient)")

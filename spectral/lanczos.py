@@ -10,8 +10,12 @@ residuals, so the number of HVPs adapts to the spectrum (see benchmarks/bench_la
 Ghosts: with full (twice-applied classical Gram–Schmidt) re-orthogonalization the basis
 stays orthonormal to machine precision, so converged Ritz values are not duplicated; the
 result reports ``ghosts`` = number of pairs of converged Ritz values closer than the
-residual tolerance (must be 0). A single start vector finds one copy of a multiple
-eigenvalue (exact multiplicities need block Lanczos; not provided).
+residual tolerance (0 for a simple spectrum). A single start vector finds one copy of a multiple
+eigenvalue (exact multiplicities need block Lanczos; not provided), so where the wanted end of
+the spectrum is degenerate the k values returned can skip copies. ``ghosts > 0`` is the visible
+sign of that (e.g. a 10-fold zero eigenvalue returned as 0, 0 and then the next distinct values):
+``lanczos_extreme`` then warns (concrete results; the status stays SUCCESS, the pairs returned are
+converged eigenpairs).
 """
 
 from __future__ import annotations
@@ -154,7 +158,22 @@ def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e
     res_ = LanczosResult(eigenvalues=theta, eigenvectors=vecs.reshape((k,) + shape), residuals=res,
                          converged=conv, iterations=its, ghosts=ghosts, status=status, which=which)
     check_lanczos(status, tol, K, throw)
+    _warn_if_degenerate(ghosts, k)
     return res_
+
+
+def _warn_if_degenerate(ghosts, k):
+    try:
+        g = int(ghosts)
+    except Exception:  # traced
+        return
+    if g > 0:
+        import warnings
+
+        warnings.warn(f"lanczos_extreme: {g} pair(s) of converged Ritz values coincide within the tolerance: a multiple "
+                      "eigenvalue (or a ghost). Single-vector Lanczos does not resolve multiplicities, so the "
+                      f"{k} values returned may skip copies of it; check with dense eigh at a small size or another "
+                      "start vector.", RuntimeWarning, stacklevel=3)
 
 
 def lanczos_iters(n: int, k: int, max_iters=None) -> int:

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._errors import NO_OUTLIER, SUCCESS, SpectralError
+from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, message
 from .law import BlockLaw
 from .quadrature import gauss_legendre_composite, hermite_nodes, is_standard_normal_noise, teacher_nodes
 
@@ -115,8 +115,62 @@ def _check_preprocess(T, y):
     return Z
 
 
+QUADRATURE_KEYS = ("panels", "order", "noise_nodes", "mc_samples", "key")   # teacher_nodes' options
+PROBE_RANGE = 13.0      # normal_nodes' default half-width L: the quadrature sees z in [-L, L]
+PROBE_DOUBLINGS = 8     # rays probed at L, 2L, ..., 128L
+
+
+def _quadrature_options(quadrature, allowed=QUADRATURE_KEYS) -> dict:
+    q = dict(quadrature or {})
+    bad = sorted(set(q) - set(allowed))
+    if bad:
+        raise SpectralError(f"quadrature: unknown option(s) {bad}; allowed here: {list(allowed)}.")
+    return q
+
+
+def unbounded_above(preprocess, teacher, tau) -> bool:
+    """Whether ``T(link(z, ε))`` grows without bound beyond the quadrature's range, so that
+    ``sup T(Y) = ∞`` although the nodes (|z| ≤ L, finite noise nodes) give a finite ``τ``.
+
+    Probes rays ``(z, ε) = s·u`` for ``s = L, 2L, …, 2^7 L`` and the directions u with z ∈ {−1, 0, 1}
+    and every noise coordinate ∈ {−1, 0, 1} (not both 0). Growth along a ray: the far value is above
+    the nodes' sup ``τ`` and the increment of the last doubling is ≥ 3/4 of the one before (power and
+    logarithmic growth: ratio ≥ 1; bounded maps approach their sup geometrically, e.g. 1 − 1/y, y/(1 + y)
+    by 1/4, 1 − y^(−1/2) by 1/2 on y = z², or stop, e.g. min(y, 3), tanh). Poles of T at finite y are
+    not probed (T must be finite on every label: the nodes check that).
+    Checked against closed forms in tests/test_spectral_methods.py."""
+    s = PROBE_RANGE * 2.0 ** np.arange(PROBE_DOUBLINGS)
+    dirs = [(dz, de) for dz in (-1.0, 0.0, 1.0) for de in ((-1.0, 0.0, 1.0) if teacher.noise_dim else (0.0,))
+            if (dz, de) != (0.0, 0.0)]
+    z = np.concatenate([dz * s for dz, _ in dirs])
+    eps = np.concatenate([de * np.repeat(s[:, None], teacher.noise_dim, 1) for _, de in dirs])   # (z.size, noise_dim)
+    with np.errstate(all="ignore"):
+        y = np.asarray(teacher.labels(jnp.asarray(z)[:, None], jnp.asarray(eps)), dtype=float)
+        v = np.asarray(jax.vmap(preprocess)(jnp.asarray(y)), dtype=float).reshape(len(dirs), s.size)
+    scale = 1.0 + abs(float(tau))
+    for row in v:
+        if np.any(np.isposinf(row)):
+            return True
+        row = row[np.isfinite(row)]
+        if row.size < 3 or row[-1] <= tau + 1e-3 * scale:
+            continue
+        inc = np.diff(row)[-2:]
+        if inc[-1] > 1e-9 * scale and inc[-1] >= 0.75 * inc[-2]:
+            return True
+    return False
+
+
+def _unbounded_message(what: str) -> str:
+    return (f"{what}: T(y) is unbounded above on the labels this teacher produces (it keeps growing beyond "
+            "the quadrature range). In the strict limit the top of the spectrum of (1/n) Σ T(y_i) x_i x_iᵀ is "
+            "then the largest T(y_i), growing with n: there is no right bulk edge and no separated outlier "
+            "(the Lu–Li / Mondelli–Montanari formulas need a bounded T). Bound T (e.g. min(T(y), c)), or at a "
+            "finite n use spectral.outlier(spectral.spectral_method_law(T, teacher), delta, side='top', "
+            "convention='finite-n', n=n).")
+
+
 def _moments(preprocess, teacher, quadrature):
-    z, eps, y, w, method = teacher_nodes(teacher, **(quadrature or {}))
+    z, eps, y, w, method = teacher_nodes(teacher, **_quadrature_options(quadrature))
     Z = _check_preprocess(preprocess, y)
     bad = ~np.isfinite(Z) & (w > 0)
     if np.any(bad):
@@ -139,6 +193,15 @@ def spectral_method(preprocess, teacher, delta, *, quadrature=None, throw=True) 
     _check_delta(delta)
     mo, method = _moments(preprocess, teacher, quadrature)
     tau = mo.tau
+    setting = dict(delta=delta, teacher_k=teacher.k, noise_dim=teacher.noise_dim, expectation=method,
+                   nodes=int(mo.Z.size), convention="strict")
+    if unbounded_above(preprocess, teacher, tau):
+        if throw:
+            raise SpectralError(_unbounded_message("spectral_method"))
+        nan = float("nan")
+        return SpectralMethodResult(eigenvalue=nan, edge=float("inf"), cosine2=nan, has_outlier=False, lambda_star=nan,
+                                    lambda_bar=nan, tau=float("inf"), delta=delta, status=UNBOUNDED_SUPPORT,
+                                    message=message(UNBOUNDED_SUPPORT) + " (T(y) unbounded above)", setting=setting)
     # λ̄: root of ψ' = 0, i.e. E[Z²/(λ − Z)²] = 1/δ (ψ' increasing in λ); λ̄ = τ if ψ'(τ+) ≥ 0
     grid = mo.grid()
     dps = mo.dpsi(grid, delta)
@@ -154,8 +217,6 @@ def spectral_method(preprocess, teacher, delta, *, quadrature=None, throw=True) 
     lg = lam_bar + (grid - tau) if lam_bar > tau else grid
     gv = g(lg)
     pos = np.nonzero(gv > 0)[0]
-    setting = dict(delta=delta, teacher_k=teacher.k, noise_dim=teacher.noise_dim, expectation=method,
-                   nodes=int(mo.Z.size), convention="strict")
     if pos.size == 0:
         return SpectralMethodResult(eigenvalue=edge, edge=edge, cosine2=0.0, has_outlier=False,
                                     lambda_star=float("nan"), lambda_bar=float(lam_bar), tau=tau, delta=delta,
@@ -177,8 +238,11 @@ def spectral_method(preprocess, teacher, delta, *, quadrature=None, throw=True) 
 def spectral_method_threshold(preprocess, teacher, *, quadrature=None) -> float:
     """Smallest δ at which ``(1/n) Σ T(y_i) x_i x_iᵀ`` has an outlier correlated with θ*:
     ``λ_c = inf{λ > τ: E[Z(G²−1)/(λ−Z)] > E[Z²/(λ−Z)²]}``, ``δ_c = 1/E[Z²/(λ_c−Z)²]``.
-    Returns ``inf`` if no δ gives an outlier."""
+    Returns ``inf`` if no δ gives an outlier. Raises :class:`SpectralError` if T(y) is unbounded
+    above (no strict-limit edge, hence no threshold: see :func:`unbounded_above`)."""
     mo, _ = _moments(preprocess, teacher, quadrature)
+    if unbounded_above(preprocess, teacher, mo.tau):
+        raise SpectralError(_unbounded_message("spectral_method_threshold"))
     h = lambda l: mo.EG1(l) - mo.E2(l)
     grid = mo.grid()
     hv = h(grid)
@@ -195,11 +259,13 @@ def spectral_method_threshold(preprocess, teacher, *, quadrature=None) -> float:
 def spectral_method_law(preprocess, teacher, *, quadrature=None) -> BlockLaw:
     """The m = 1 block law ``(ζ = z, D = T(y))`` on the quadrature nodes, for the general block
     solvers (``spectral.outlier``, ``spectral.bulk_edge``): cross-check of the two routes."""
-    z, eps, y, w, method = teacher_nodes(teacher, **(quadrature or {}))
+    z, eps, y, w, method = teacher_nodes(teacher, **_quadrature_options(quadrature))
     Z = _check_preprocess(preprocess, y)
     keep = w > 1e-300
+    top = unbounded_above(preprocess, teacher, float(np.max(Z[keep])))
     return BlockLaw(D=jnp.asarray(Z[keep])[:, None, None], weights=jnp.asarray(w[keep] / w[keep].sum()),
-                    zeta=jnp.asarray(z[keep])[:, None], unbounded=(), source=f"spectral-method {method}")
+                    zeta=jnp.asarray(z[keep])[:, None], unbounded=("top",) if top else (),
+                    source=f"spectral-method {method}")
 
 
 # ------------------------------------------------------------------------------------
@@ -231,19 +297,25 @@ def weak_recovery_threshold(teacher, *, likelihood=None, quadrature=None, y_pane
     even links monotone in |z| and for plateaus; for other non-injective links pass
     ``likelihood``). Noisy links: ``likelihood(y, z) = p(y|z)`` if given, else derived for
     scalar standard-normal noise by inverting ``ε ↦ link(z, ε)`` (Newton, autodiff).
+
+    The precondition is checked with the same expectations: if ``E_y[E[G|y]²] > 1e-8`` the labels
+    carry first-order information about ``G`` (e.g. ``y = z + noise``), the linear estimator
+    ``(1/n) Σ y_i x_i`` correlates with θ* at every δ > 0, and the threshold is 0: it returns
+    ``0.0`` with a warning saying so. ``quadrature``: noiseless ``teacher_nodes`` options
+    (panels, order, noise_nodes, mc_samples, key); noisy: panels, order, L.
     """
     if teacher.k != 1:
         raise SpectralError(f"weak_recovery_threshold needs a k = 1 teacher (got k = {teacher.k}).")
-    q = dict(quadrature or {})
     if teacher.noise_dim == 0 and likelihood is None:
-        z, _, y, w, _ = teacher_nodes(teacher, **q)
+        z, _, y, w, _ = teacher_nodes(teacher, **_quadrature_options(quadrature))
         # group identical labels (±z are bit-identical for even links on symmetric nodes)
         key = np.round(y, 12)
         _, inv = np.unique(key, return_inverse=True)
-        num = np.bincount(inv, weights=w * z**2)
         den = np.bincount(inv, weights=w)
-        cond = num / den                                  # E[G²|y] per label class
-        return float(1.0 / np.sum(den * (cond - 1.0) ** 2))
+        cond = np.bincount(inv, weights=w * z**2) / den   # E[G²|y] per label class
+        first = np.bincount(inv, weights=w * z) / den     # E[G|y] per label class
+        return _weak_recovery_value(np.sum(den * (cond - 1.0) ** 2), np.sum(den * first**2))
+    q = _quadrature_options(quadrature, ("panels", "order", "L"))
     if likelihood is None:
         if teacher.noise_dim != 1 or not is_standard_normal_noise(teacher):
             raise SpectralError("weak_recovery_threshold: pass likelihood(y, z) = p(y|z) for this noise "
@@ -259,10 +331,26 @@ def weak_recovery_threshold(teacher, *, likelihood=None, quadrature=None, y_pane
                                    jnp.asarray(np.tile(e, z.size))[:, None]))
     yl, yh = np.min(ys), np.max(ys)
     yn, yw = gauss_legendre_composite(yl, yh, y_panels, y_order)
-    total = 0.0
+    total = total1 = 0.0
     for chunk in np.array_split(np.arange(yn.size), max(1, yn.size // 2000)):
         P = np.asarray(likelihood(jnp.asarray(yn[chunk]), jnp.asarray(z)))  # (ny, nz) p(y|z)
         py = P @ wz                                                          # p(y)
-        m2 = (P @ (wz * z**2)) / np.where(py > 0, py, 1.0)                  # E[G²|y]
+        safe = np.where(py > 0, py, 1.0)
+        m2 = (P @ (wz * z**2)) / safe                                        # E[G²|y]
+        m1 = (P @ (wz * z)) / safe                                           # E[G|y]
         total += np.sum(yw[chunk] * py * (m2 - 1.0) ** 2)
-    return float(1.0 / total)
+        total1 += np.sum(yw[chunk] * py * m1**2)
+    return _weak_recovery_value(total, total1)
+
+
+def _weak_recovery_value(second: float, first: float) -> float:
+    """``1/E_y[(E[G²|y] − 1)²]``, or 0 where ``E_y[E[G|y]²]`` shows first-order information."""
+    if first > 1e-8:
+        import warnings
+
+        warnings.warn(f"weak_recovery_threshold: E_y[E[G|y]^2] = {first:.3g} > 0, so the labels carry first-order "
+                      "information (the link is not even in z): weak recovery is possible at every delta > 0 "
+                      "(linear estimator), threshold 0. The formula 1/E[(E[G^2|y] - 1)^2] needs E[G|y] = 0.",
+                      RuntimeWarning, stacklevel=3)
+        return 0.0
+    return float(1.0 / second)

@@ -74,20 +74,27 @@ def _accepted(st, ridge, residual_tol):
 
 
 def margins_at_stationary(problem, grid, *, paths: int, key, warmup, max_iters: int = 200, residual_tol: float = 1e-3,
-                          level="auto", fallback_iters: int = 0) -> dict:
+                          level="auto", fallback_iters: int = 0, pad_to: Optional[int] = None) -> dict:
     """Stationary DMFT at every δ of ``grid`` (one vmapped solve, common random numbers) and
     the hard-outlier margin of its law. Returns a dict of per-δ arrays (nan where the fixed
-    point is not accepted or the outlier solve failed) with the solver diagnostics."""
+    point is not accepted or the outlier solve failed) with the solver diagnostics.
+    ``pad_to``: run the warm-up and the fixed points at this many δ by repeating the last one
+    (solved, not reported), so that grids of different lengths share one compiled program each
+    (as :func:`spectral.thresholds.margin_curve`)."""
     import dmft
 
     grid = np.asarray(grid, float)
     hard = problem.teacher.hard_coordinates()
     if not hard:
         raise SpectralError("the teacher has no hard coordinates (even coordinates of the link): no hard outlier to look for.")
-    start = warmup.run_sweep(problem, jnp.asarray(grid), key)
-    st = dmft.stationary_sweep(problem, jnp.asarray(grid), paths=paths, key=key, start=start, max_iters=max_iters)
+    n = len(grid)
+    run = grid if pad_to is None or pad_to <= n else np.concatenate([grid, np.full(pad_to - n, grid[-1])])
+    start = warmup.run_sweep(problem, jnp.asarray(run), key)
+    st = dmft.stationary_sweep(problem, jnp.asarray(run), paths=paths, key=key, start=start, max_iters=max_iters)
+    st = jax.tree.map(lambda x: x[:n] if getattr(x, "ndim", 0) > 0 else x, st)
+    start = jax.tree.map(lambda x: x[:n], start)
     ok, msgs = _accepted(st, float(np.asarray(problem.ridge)), residual_tol)
-    per = [jax.tree.map(lambda x: x[i] if getattr(x, "ndim", 0) > 0 else x, st) for i in range(len(grid))]
+    per = [jax.tree.map(lambda x: x[i] if getattr(x, "ndim", 0) > 0 else x, st) for i in range(n)]
     solver = ["least-squares"] * len(grid)
     for i in (np.nonzero(~ok)[0] if fallback_iters > 0 else []):
         # Levenberg–Marquardt can stall on the Monte Carlo residual (samples switching prox
@@ -136,8 +143,10 @@ def delta_nn_stationary(problem, *, grid, paths: int, key, warmup, repeats: int 
     if repeats < 2:
         raise SpectralError("repeats must be >= 2 (the Monte Carlo s.e. of δ_NN comes from independent keys).")
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
+    # one δ batch for the coarse and the fine sweeps: one compilation of the warm-up and of the
+    # fixed-point program (the shorter sweep repeats its last δ)
     kw = dict(paths=paths, warmup=warmup, max_iters=max_iters, residual_tol=residual_tol, level=level,
-              fallback_iters=fallback_iters)
+              fallback_iters=fallback_iters, pad_to=max(len(grid), int(refine)))
     say(f"stationary δ sweep: {len(grid)} points")
     coarse = margins_at_stationary(problem, grid, key=keys[0], **kw)
     root, lo, hi = _root_on_grid(grid, coarse["margin"])

@@ -82,3 +82,66 @@ def test_non_finite_settings_and_link_mistakes_are_named():
         make(teacher=dmft.Teacher(link=lambda z, e: jnp.stack([z[0], z[0]]), k=1))
     with pytest.raises(dmft.ProblemError, match="paths must be an int"):
         dmft.solve(make(), delta=2.0, lr=0.1, steps=3, paths=512.0, key=jax.random.key(0))
+
+
+def test_sweep_lr_reading_is_explicit_when_ambiguous():
+    """A 1-D lr of length steps == len(deltas) is one schedule or one lr per δ: refused unless
+    lr_per_delta says which (user audit: it was silently read as a shared schedule)."""
+    lin = make(student=dmft.TwoLayer(activation=lambda r: r, width=2, second_layer=jnp.ones(2)),
+               teacher=dmft.Teacher(link=lambda z, e: z[0] + 0.3 * e[0], k=1, noise_dim=1))
+    deltas, lrs = [1.5, 2.0, 3.0], [0.1, 0.2, 0.3]
+    with pytest.raises(dmft.ProblemError, match="lr_per_delta"):
+        dmft.solve_sweep(lin, deltas, lrs, 3, 128, jax.random.key(0))
+    per = dmft.solve_sweep(lin, deltas, lrs, 3, 128, jax.random.key(0), lr_per_delta=True)
+    one = dmft.solve(lin, 1.5, 0.1, 3, 128, jax.random.key(0))
+    assert abs(float(per.train_error[0, -1]) - float(one.train_error[-1])) < 1e-12
+    assert per.setting["lr_axis"] == "per delta" and per.setting["key"] == one.setting["key"] == [0, 0]
+    shared = dmft.solve_sweep(lin, deltas, lrs, 3, 128, jax.random.key(0), lr_per_delta=False)
+    assert shared.setting["lr_axis"] == "shared"
+    with pytest.raises(dmft.ProblemError, match="lr_per_delta=True needs"):
+        dmft.solve_sweep(lin, deltas, 0.1, 3, 128, jax.random.key(0), lr_per_delta=True)
+    with pytest.raises(dmft.ProblemError, match="test_samples"):
+        dmft.simulate(lin, d=20, delta=2.0, lr=0.1, steps=2, seeds=1, key=jax.random.key(0), test_samples=0)
+
+
+def test_response_jumps_are_flagged():
+    """ReLU's σ'' is a Dirac mass that autodiff drops: the DMFT response misses it (measured bias against
+    GD: docs/dmft.md, "Activations and losses with kinks"). Smooth maps and curvature steps pass."""
+    from dmft.problem import JUMP_TOL, response_jumps
+
+    relu = make(student=dmft.TwoLayer(activation=jax.nn.relu, width=2, second_layer=jnp.ones(2)))
+    assert response_jumps(relu) > 0.3
+    assert response_jumps(make()) < 1e-7                                            # tanh
+    assert response_jumps(make(student=dmft.TwoLayer(activation=lambda r: jax.nn.relu(r) ** 2, width=2,
+                                                     second_layer=jnp.ones(2)))) < JUMP_TOL  # a curvature step
+    assert response_jumps(make(loss=lambda y, yh: jnp.abs(y - yh))) > 0.3
+    with pytest.warns(RuntimeWarning, match="Dirac"):
+        tr = dmft.solve(relu, 2.0, 0.1, 2, 128, jax.random.key(0))
+    assert tr.setting["response_jump"] > 0.3
+
+
+def test_stationary_below_interpolation_says_diverged():
+    """OLS without ridge at δ < 1: (S3) has no positive solution (δ·E[rank D] <= m); the status names the
+    interpolation (DIVERGED), not 'more iterations' (user audit). δ = 2 converges to V = 1/(δ − 1)."""
+    from dmft.stationary import CONVERGED, DIVERGED
+
+    ols = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] + 0.5 * e[0], k=1, noise_dim=1),
+                       student=dmft.TwoLayer(activation=lambda r: r, width=1, second_layer=jnp.ones(1)))
+    st = dmft.stationary_sweep(ols, [0.5, 2.0], paths=1024, max_iters=40)
+    assert [int(c) for c in st.status] == [DIVERGED, CONVERGED]
+    assert abs(float(st.response[1, 0, 0]) - 1.0) < 1e-6
+
+
+def test_diverging_gd_is_reported():
+    """Linear student, square loss, δ = 2: η·λ_max(Σ̂) = η(1 + δ^(-1/2))² > 2 at η = 1.9, so GD diverges
+    collectively (no single path is unstable). The DMFT follows it faithfully and now says so."""
+    lin = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] + 0.3 * e[0], k=1, noise_dim=1),
+                       student=dmft.TwoLayer(activation=lambda r: r, width=1, second_layer=jnp.ones(1)))
+    with pytest.warns(RuntimeWarning, match="grows without bound"):
+        tr = dmft.solve_sweep(lin, [2.0, 4.0], 1.9, 40, 256, jax.random.key(0))
+    assert float(tr.train_error[0, -1]) > 1e6
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dmft.solve(lin, 2.0, 0.5, 40, 256, jax.random.key(0))       # η(1 + 2^-1/2)² = 1.46 < 2: converges

@@ -165,3 +165,15 @@ def test_hard_outlier_at_state_lanczos_compiles_once_per_shape():
     assert second.constrained_edge != first.constrained_edge
     np.testing.assert_array_equal(again.eigenvalues, first.eigenvalues)
     assert again.constrained_edge == first.constrained_edge
+
+
+def test_degenerate_spectrum_warns():
+    """H = XᵀX/n with n = 20 < d = 30: a 10-fold zero eigenvalue. Single-vector Lanczos returns converged
+    pairs but skips copies (user audit: 0, 0, 0.099, 0.175 with status SUCCESS, true 0, 0, 0, 0): the
+    coinciding Ritz values (ghosts > 0) now come with a warning."""
+    X = jax.random.normal(jax.random.key(3), (20, 30), dtype=jnp.float64)
+    H = X.T @ X / 20
+    with pytest.warns(RuntimeWarning, match="multiple"):
+        r = spectral.lanczos_extreme(lambda v: H @ v, 30, 4, jax.random.key(1), which="smallest", throw=False)
+    assert int(r.ghosts) > 0
+    assert abs(float(r.eigenvalues[0])) < 1e-8

@@ -52,3 +52,35 @@ def test_block_equations_reduce_to_lu_li():
     assert abs(float(out.edge) - ref.edge) < 1e-6
     assert abs(float(out.eigenvalue) - ref.eigenvalue) < 1e-6
     assert abs(float(out.cosine2) - ref.cosine2) < 1e-6
+
+
+def test_unbounded_preprocessing_has_no_strict_edge():
+    """T(y) = y on phase retrieval (support of T unbounded above): the strict limit has no right edge
+    (the top eigenvalue grows like the largest y_i, dense d = 200 / 500: 7.8 / 8.9), so no number: before,
+    the quadrature's cut at |z| = 13 gave an edge of 85.5 (τ = 13² = 169) and a threshold of 81.5 (user audit)."""
+    res = spectral.spectral_method(lambda y: y, PR, 2.0, throw=False)
+    assert res.status == spectral.UNBOUNDED_SUPPORT and not res.has_outlier and np.isnan(res.eigenvalue)
+    assert res.edge == float("inf")
+    with pytest.raises(spectral.SpectralError, match="unbounded above"):
+        spectral.spectral_method(lambda y: y, PR, 2.0)
+    with pytest.raises(spectral.SpectralError, match="unbounded above"):
+        spectral.spectral_method_threshold(lambda y: jnp.log(y), PR)
+    lin = dmft.Teacher(link=lambda z, e: z[0], k=1, noise_dim=0)
+    assert spectral.spectral_method(lambda y: -y, lin, 2.0, throw=False).status == spectral.UNBOUNDED_SUPPORT
+    assert spectral.spectral_method_law(lambda y: jnp.sqrt(y), PR).unbounded == ("top",)
+    # bounded maps that approach their sup slowly are not flagged: 1 − 1/y, 1 − y^(−1/2), y e^(−y), −y on y = z²
+    for T in (TSTAR, lambda y: 1 - 1 / jnp.sqrt(y), lambda y: y * jnp.exp(-y), lambda y: -y):
+        assert spectral.spectral_method(T, PR, 2.0, throw=False).status in (spectral.SUCCESS, spectral.NO_OUTLIER)
+    assert spectral.spectral_method_law(TSTAR, PR).unbounded == ()
+
+
+def test_weak_recovery_needs_an_even_link():
+    """E[G|y] != 0 (y = z + noise): first-order information, threshold 0 (with a warning), not the
+    formula's 0.5 / 0.59 (user audit). Unknown quadrature options are named."""
+    with pytest.warns(RuntimeWarning, match="first-order"):
+        assert spectral.weak_recovery_threshold(dmft.Teacher(link=lambda z, e: z[0], k=1, noise_dim=0)) == 0.0
+    noisy = dmft.Teacher(link=lambda z, e: z[0] + 0.3 * e[0], k=1, noise_dim=1)
+    with pytest.warns(RuntimeWarning, match="first-order"):
+        assert spectral.weak_recovery_threshold(noisy, quadrature=dict(panels=100, order=6), y_panels=200) == 0.0
+    with pytest.raises(spectral.SpectralError, match="unknown option"):
+        spectral.weak_recovery_threshold(PR, quadrature=dict(L=10.0))

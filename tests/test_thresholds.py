@@ -240,13 +240,19 @@ def test_stationary_route_margins_and_no_bracket():
     assert np.all(out["accepted"]), out["notes"]
     assert out["margin"][0] > 0.03 and out["margin"][1] < -0.03
     assert np.isnan(out["eigenvalue"][0]) and out["eigenvalue"][1] < out["edge"][1]
+    # a shorter grid padded to the same batch (the refinement of delta_nn_stationary does this) reuses
+    # the compiled programs and gives the same fixed point: margins equal to rounding (measured 2e-10)
+    one = spectral.margins_at_stationary(pb, [2.0], paths=1024, key=jax.random.key(3), warmup=warm, level="edge",
+                                         residual_tol=1e-3, pad_to=2)
+    assert one["margin"].shape == (1,) and abs(one["margin"][0] - out["margin"][1]) < 1e-8
+    assert abs(one["edge"][0] - out["edge"][1]) < 1e-10
     # with ridge 0.3 the separated outlier is not a negative eigenvalue of H + 0.3 I: under THEORY's
     # criterion (level = −ridge) there is no outlier at δ = 2
     # (grids of length 2 throughout: one compilation of the vmapped warm-up and fixed-point solves)
     neg = spectral.margins_at_stationary(pb, [1.0, 2.0], paths=1024, key=jax.random.key(3), warmup=warm, residual_tol=1e-3)
     assert neg["margin"][1] > 0
     res = spectral.delta_nn_stationary(pb, grid=[2.0, 3.0], paths=1024, key=jax.random.key(4), warmup=warm, repeats=2,
-                                       level="edge", residual_tol=1e-3)
+                                       refine=2, level="edge", residual_tol=1e-3)
     assert res.status == "no-bracket" and res.delta_nn is None and "smaller δ" in res.message
     with pytest.raises(spectral.SpectralError, match="repeats"):
         spectral.delta_nn_stationary(pb, grid=[1.0, 2.0], paths=1024, key=jax.random.key(4), warmup=warm, repeats=1)
