@@ -318,6 +318,8 @@ def delta_nn(
     plot: pathlib.Path = typer.Option(None, "--plot", help="write a figure (margin curves and δ*(t))"),
     strict: bool = typer.Option(False, "--strict", help="exit 1 when δ_NN is not reported (first phase not "
                                 "converged); by default that run exits 0: it did report, δ*(t) and why there is no δ_NN"),
+    allow_kinks: bool = typer.Option(False, "--allow-kinks", help="run even when ∂ℓ/∂r jumps (ReLU, |e|): the DMFT "
+                                     "response then misses a Dirac part and δ*(t) is biased (docs/dmft.md)"),
 ):
     """δ*(t) and δ_NN from the DMFT + Hessian-outlier equations (THEORY §2).
 
@@ -350,8 +352,16 @@ def delta_nn(
         if any(t < 0 or t > steps for t in ts):
             raise CLIError(f"--times must lie in 0..steps = 0..{steps}.")
         import dmft
+        from dmft.problem import JUMP_TOL, response_jumps
 
         dmft.check_finite_maps(problem)
+        jump = response_jumps(problem)
+        if jump > JUMP_TOL and not allow_kinks:
+            raise CLIError(f"--activation {activation} / --loss {loss}: ∂ℓ/∂r jumps (relative size {jump:.2g}; e.g. ReLU, "
+                           "whose σ'' is a Dirac mass at 0). Autodiff drops that Dirac part, so the DMFT response and "
+                           "δ*(t) would be biased (docs/dmft.md, 'Activations and losses with kinks'). Use a smooth "
+                           "activation (softplus, gelu, relu-power with --power 2), or pass --allow-kinks to run anyway; "
+                           "GD itself (deltann simulate) is not affected.")
     except (CLIError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
@@ -421,8 +431,8 @@ def delta_nn(
             setting={**res.setting, **dict(target=target, activation=activation, width=width, loss=loss,
                                            init_scale=init_scale, train_second_layer=train_second_layer, power=power,
                                            lr=lr, steps=steps, d=d, seed=seed, ridge=ridge, criterion_option=criterion,
-                                           min_cosine2=min_cosine2)},
-            diagnostics={**res.diagnostics, **dict(status=res.status, message=res.message, wall_s=wall)},
+                                           min_cosine2=min_cosine2, allow_kinks=allow_kinks)},
+            diagnostics={**res.diagnostics, **dict(status=res.status, message=res.message, wall_s=wall, response_jump=jump)},
             provenance=software(),
         )
         if law_d is not None:

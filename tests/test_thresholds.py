@@ -414,3 +414,19 @@ def test_refine_grid_covers_each_bracket_finely():
     with pytest.raises(spectral.SpectralError, match="needs the dimension d"):
         delta_star(pr_problem(), grid=[2.0, 4.0], lr=0.05, steps=2, times=(2,), paths=256, key=jax.random.key(0),
                    convention="finite-n", d=0)
+
+
+def test_cli_refuses_kinked_activations_for_the_dmft(monkeypatch):
+    """ReLU's σ'' is a Dirac mass that autodiff drops, so the DMFT (and δ*(t)) would be biased (docs/dmft.md,
+    measured): delta-nn exits 2 naming the fix before any DMFT runs; --allow-kinks runs it anyway (stubbed
+    here) and records the jump. GD (simulate) is unaffected and accepts ReLU."""
+    import spectral.thresholds as th
+
+    r = runner.invoke(app, ["delta-nn", "--activation", "relu"])
+    assert r.exit_code == 2 and "jumps" in r.output and "--allow-kinks" in r.output, r.output
+
+    def stub(*a, **k):
+        raise dmft.DMFTError("stub: reached the DMFT")
+    monkeypatch.setattr(th, "delta_star", stub)
+    r = runner.invoke(app, ["delta-nn", "--activation", "relu", "--allow-kinks"])
+    assert r.exit_code == 3 and "reached the DMFT" in r.output, r.output
