@@ -73,6 +73,15 @@ def demo(
 
     import dmft
 
+    try:
+        _check_options(d=(d, "int>=2"), seeds=(seeds, "int>=1"), paths=(paths, "int>=64"), steps=(steps, "int>=1"))
+        for flag, path in (("--out", out), ("--json", json_out)):
+            if path is not None and not path.resolve().parent.is_dir():
+                raise CLIError(f"{flag} {path}: the directory {path.resolve().parent} does not exist; create it first "
+                               "(checked before the runs, so no result is lost).")
+    except CLIError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
     problem = demo_problem()
     t0 = time.perf_counter()
     traj = dmft.solve(problem, delta=2.0, lr=0.2, steps=steps, paths=paths, key=jax.random.key(0))
@@ -112,7 +121,11 @@ def demo(
     fig.savefig(out, dpi=120)
     typer.echo(f"figure written to {out.resolve()}")
     if json_out is not None:
-        json_out.write_text(strict_json(dict(provenance=software(), setting=dict(traj=traj.setting, sim=sim.setting),
+        json_out.write_text(strict_json(dict(provenance=software(), setting=dict(
+                                                 problem="y = tanh(2 z) + 0.3 eps (k = 1, noise_dim = 1); tanh student, m = 1, "
+                                                         "a = 1 frozen; square loss; ridge 0; q0 = 0.5, M0 = 0.3 "
+                                                         "(dmft.cli.demo_problem)",
+                                                 delta=2.0, lr=0.2, traj=traj.setting, sim=sim.setting),
                                              dmft=dict(train=tr.tolist(), test=te.tolist(), overlap=ov.tolist()),
                                              gd=dict(train=str_.tolist(), test=ste.tolist(), overlap=sov.tolist(),
                                                      train_se=etr.tolist(), test_se=ete.tolist(), overlap_se=eov.tolist()))))

@@ -72,8 +72,10 @@ class Teacher(eqx.Module):
     ``link`` takes ``z`` of shape ``(k,)`` and ``eps`` of shape ``(noise_dim,)`` for one
     sample and returns a scalar; it is vectorized internally. ``noise`` samples ``eps``
     (``noise(key, shape)``; default standard normal). ``hard`` lists teacher coordinates
-    along which the link is even (``E[z_j | y] = 0``); ``None`` detects them numerically
-    (:meth:`detect_even_coordinates`). They are used for antithetic sampling in DMFT.
+    with ``E[z_j | y] = 0`` at zero overlap; ``None`` detects them numerically: the coordinates the
+    link is even in and those of joint sign flips that keep every label (:meth:`symmetry_groups`,
+    e.g. ``y = z₁z₂``). They are sampled antithetically in DMFT, and their overlap rows are kept
+    exactly 0 while the symmetry holds (:meth:`hard_groups`).
     """
 
     link: Callable = eqx.field(static=True)
@@ -140,9 +142,68 @@ class Teacher(eqx.Module):
         return out
 
     def hard_coordinates(self, key=None) -> tuple:
+        """Declared ``hard``, else every coordinate of a label-preserving sign flip
+        (:meth:`symmetry_groups`): the even coordinates and those of joint flips."""
         if self.hard is not None:
             return tuple(int(j) for j in self.hard)
-        return self.detect_even_coordinates(key)
+        return tuple(sorted({j for g in self.symmetry_groups(key) for j in g}))
+
+    def hard_groups(self, key=None) -> tuple:
+        """The sign-flip groups that make the hard coordinates' ``E[z_j g]`` exactly 0: a row ``j``
+        is forced to 0 while every row of some group containing ``j`` is still 0 (the flip then
+        leaves the law of ``(z, y, r)`` invariant). Declared coordinates that no detected flip
+        covers are kept as singletons (the declaration is honoured; :meth:`unverified_hard` names them)."""
+        hard = set(self.hard_coordinates(key))
+        groups = [g for g in self.symmetry_groups(key) if set(g) <= hard]
+        covered = {j for g in groups for j in g}
+        return tuple(groups) + tuple((j,) for j in sorted(hard - covered))
+
+    def unverified_hard(self, key=None) -> tuple:
+        """Declared hard coordinates that no label-preserving sign flip covers."""
+        if self.hard is None:
+            return ()
+        covered = {j for g in self.symmetry_groups(key) for j in g}
+        return tuple(sorted(int(j) for j in self.hard if int(j) not in covered))
+
+    def symmetry_groups(self, key=None, samples: int = 512, max_k: int = 10) -> tuple:
+        """Sign flips that leave every label unchanged, hence ``E[z_S | y] = 0`` at zero overlap on
+        ``S``: each coordinate the link is even in (``(j,)``, :meth:`detect_even_coordinates`), then the
+        minimal joint flips ``z_S → −z_S`` (|S| ≥ 2) of the other coordinates, e.g. ``y = z₁z₂`` or
+        ``y = (z₁ + z₂)²``, and, for the default (symmetric Gaussian) noise, the minimal flips
+        ``(z_S, ε) → −(z_S, ε)``, e.g. ``y = z·ε``. Checked on ``samples`` Gaussian draws outside any
+        trace; subsets are enumerated up to ``k = max_k``. A joint group makes a hard row exact only while
+        all its rows are 0 (``y = z₁z₂`` with ``z₁`` learned makes ``z₂`` easy): see :meth:`hard_groups`."""
+        import itertools
+
+        key = jax.random.key(12345) if key is None else key
+        kz, ke = jax.random.split(key)
+        z = jax.random.normal(kz, (samples, self.k))
+        eps = self.sample_noise(ke, (samples,))
+        y = np.asarray(self.labels(z, eps))
+        scale = 1.0 + np.abs(y)
+
+        def keeps(S, noise):
+            sgn = jnp.ones(self.k).at[jnp.array(S, dtype=int)].set(-1.0) if S else jnp.ones(self.k)
+            yj = np.asarray(self.labels(z * sgn, -eps if noise else eps))
+            return bool(np.all(np.abs(yj - y) <= 1e-10 * scale))
+
+        even = [j for j in range(self.k) if keeps((j,), False)]
+        groups = [(j,) for j in even]
+        rest = [j for j in range(self.k) if j not in even]
+        if len(rest) > max_k:
+            return tuple(groups)
+        noise_ok = self.noise_dim > 0 and self.noise is _standard_normal_noise
+        found = []
+        for size in range(1, len(rest) + 1):
+            for S in itertools.combinations(rest, size):
+                for noise in (False, True):
+                    if (size == 1 and not noise) or (noise and not noise_ok):
+                        continue
+                    if any(set(F) <= set(S) for F, _ in found):
+                        continue
+                    if keeps(S, noise):
+                        found.append((S, noise))
+        return tuple(groups) + tuple(S for S, _ in found)
 
     def detect_even_coordinates(self, key=None, samples: int = 512) -> tuple:
         """Teacher coordinates ``j`` with ``link(z with z_j -> -z_j, eps) == link(z, eps)``.
@@ -458,3 +519,36 @@ def warn_if_response_jumps(problem: Problem, where: str, fix: str) -> float:
                       f"softplus(50 r)/50, 0.736 ± 0.003). Finite-d GD is not affected. {fix}",
                       RuntimeWarning, stacklevel=3)
     return v
+
+
+def _callable_name(f) -> Optional[str]:
+    """A readable record of a user callable: ``module.qualname`` and, for lambdas, their source line."""
+    if f is None:
+        return None
+    import inspect
+
+    name = f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', type(f).__name__)}"
+    if "<lambda>" in name:
+        try:
+            name += ": " + inspect.getsource(f).strip()[:200]
+        except (OSError, TypeError):
+            pass
+    return name
+
+
+def describe_problem(problem: Problem) -> dict:
+    """The problem in a ``setting`` record: sizes, the initial state (Q_0, M^0, a^0), training flags and
+    the callables by name (lambdas with their source line). Arrays under a trace are recorded as None."""
+    def arr(x):
+        try:
+            return np.asarray(x, float).tolist()
+        except Exception:  # traced
+            return None
+
+    st = problem.student
+    return dict(k=int(problem.k), noise_dim=int(problem.teacher.noise_dim), width=int(problem.m),
+                link=_callable_name(problem.teacher.link), hard=None if problem.teacher.hard is None else list(problem.teacher.hard),
+                activation=_callable_name(st.activation), readout=_callable_name(st.readout),
+                loss=_callable_name(problem.loss), second_layer=arr(st.second_layer),
+                train_second_layer=bool(st.train_second_layer), second_layer_lr_scale=float(st.second_layer_lr_scale),
+                q0=arr(problem.init.q0), overlap=arr(problem.init.overlap))

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .data import fixed_test_set
-from .problem import Problem, ProblemError, Tracer, check_finite_maps, warn_if_response_jumps
+from .problem import Problem, ProblemError, Tracer, check_finite_maps, describe_problem, warn_if_response_jumps
 
 JUMP_FIX = ("Use a smooth surrogate (e.g. softplus(β r)/β for ReLU, pseudo-Huber for |e|) for the DMFT; "
             "setting['response_jump'] records the size.")
@@ -137,6 +137,8 @@ def _validate(problem, delta, lr, steps, paths, save_samples_at, n_groups):
             if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
                 raise ProblemError(f"{name} must be finite and > 0 (got {arr}).")
     for t in save_samples_at:
+        if isinstance(t, bool) or not float(t).is_integer():
+            raise ProblemError(f"save_samples_at must hold integer steps; got {t!r}.")
         if not (0 <= int(t) <= steps):
             raise ProblemError(f"save_samples_at contains {t}, outside 0..steps = 0..{steps}.")
 
@@ -244,8 +246,15 @@ def _sqrt_factor_jvp(primals, tangents):
 
 @eqx.filter_jit
 def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: tuple, save_at: tuple,
-                chol_jitter: float, test_samples: Optional[int] = None):
+                chol_jitter: float, test_samples: Optional[int] = None, groups: Optional[tuple] = None):
     m, k = problem.m, problem.k
+    # sign-flip groups of the hard coordinates (Teacher.hard_groups): row j's E[z_j g] is exactly 0
+    # while every row of some group containing j has been 0 at every step so far
+    groups = tuple((j,) for j in hard) if groups is None else tuple(groups)
+    member = np.zeros((max(len(groups), 1), k), bool)
+    for i, g in enumerate(groups):
+        member[i, list(g)] = True
+    member = jnp.asarray(member)
     T = steps
     n_hard = len(hard)
     G = 2**n_hard
@@ -293,7 +302,7 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
         step_curv=jnp.zeros((Tp,), dt),
         unstable=jnp.zeros((Tp,), dt),
         resid=jnp.zeros((Tp,), dt),
-        hard_zero=jnp.zeros((k,), bool).at[jnp.array(hard, dtype=int)].set(True) if hard else jnp.zeros((k,), bool),
+        hard_zero=jnp.any(member, axis=0) if groups else jnp.zeros((k,), bool),   # rows still 0 at every step
         min_schur=jnp.array(jnp.inf, dt),
     )
 
@@ -361,13 +370,16 @@ def _solve_core(problem: Problem, delta, lr, key, steps: int, paths: int, hard: 
 
         # ---- (4), (5): overlap and second layer ------------------------------------
         Ezg = gmean(zf[:, :, None] * g_t[:, None, :])
-        # Exact symmetry: while the row M_j of a hard coordinate has been exactly 0 at every
-        # step so far, the law of the effective process is invariant under z_j -> -z_j, so
-        # E[z_j g] = 0 exactly. The antithetic estimator is zero only up to round-off (~1e-19,
-        # vectorized kernels are not bitwise identical across the pair), which the dynamics
-        # would amplify above threshold; we impose the exact value.
+        # Exact symmetry: while every row M_S of a sign-flip group S (the link invariant under
+        # z_S -> -z_S, e.g. S = {j} for a link even in z_j) has been exactly 0 at every step so far,
+        # the law of the effective process is invariant under the flip, so E[z_j g] = 0 exactly for
+        # j in S. The antithetic estimator is zero only up to round-off (~1e-19, vectorized kernels
+        # are not bitwise identical across the pair), which the dynamics would amplify above
+        # threshold; we impose the exact value.
         hard_zero = carry["hard_zero"] & jnp.all(M_t == 0.0, axis=1)
-        Ezg = jnp.where(hard_zero[:, None], 0.0, Ezg)
+        group_zero = jnp.all(jnp.where(member, hard_zero[None, :], True), axis=1) & jnp.any(member, axis=1)
+        forced = jnp.any(member & group_zero[:, None], axis=0)
+        Ezg = jnp.where(forced[:, None], 0.0, Ezg)
         M_next = (1 - eta[t] * lam) * M_t - eta[t] * Ezg
         a_next = (1 - eta_a[t] * lam_a) * a_t - eta_a[t] * jnp.mean(grad_a(yf, r_t, a_t), axis=0)
 
@@ -547,8 +559,9 @@ def solve(
     (docs/dmft.md, "Test error estimator").
     """
     hard = problem.teacher.hard_coordinates()
+    groups = _hard_groups(problem, "dmft.solve")
+    _validate(problem, delta, lr, steps, paths, tuple(save_samples_at), 2 ** len(hard))
     save_at = tuple(sorted(int(t) for t in save_samples_at))
-    _validate(problem, delta, lr, steps, paths, save_at, 2 ** len(hard))
     jump = None
     if check_inputs:
         check_finite_maps(problem)
@@ -559,11 +572,11 @@ def solve(
     # CHOL_JITTER between calls recompiles instead of silently reusing the cached program
     jit_ = _jitter(chol_jitter)
     nt = _test_samples(test_samples)
-    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, jit_, nt)
+    traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, jit_, nt, groups)
     setting = dict(
         delta=_maybe_float(delta), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
         **_problem_setting(problem, key), response_jump=jump,
-        antithetic_coordinates=list(hard), jacobian="exact-adjoint", dtype="float64",
+        antithetic_coordinates=list(hard), symmetry_groups=[list(g) for g in groups], jacobian="exact-adjoint", dtype="float64",
         field_factor="block-cholesky", chol_jitter=jit_, **_test_setting(nt),
     )
     return _checked(dataclasses.replace(traj, setting=setting), throw)
@@ -684,6 +697,7 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
     shape, and a 1-D ``lr`` of length ``steps == len(deltas)`` (either reading fits) is refused
     unless ``lr_per_delta`` is given. The setting records the reading (``lr_axis``)."""
     hard = problem.teacher.hard_coordinates()
+    groups = _hard_groups(problem, "dmft.solve_sweep")
     deltas = jnp.asarray(deltas, dtype=float)
     _validate(problem, deltas, lr, steps, paths, tuple(save_samples_at), 2 ** len(hard))
     check_finite_maps(problem)
@@ -693,16 +707,30 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
     lr_axis = _sweep_lr_axis(lr_arr.shape, len(deltas), int(steps), lr_per_delta)
     jit_ = _jitter(chol_jitter)  # static, read now (see solve)
     nt = _test_samples(test_samples)
-    fn = jax.vmap(lambda d, e: _solve_core(problem, d, e, key, int(steps), int(paths), hard, save_at, jit_, nt),
+    fn = jax.vmap(lambda d, e: _solve_core(problem, d, e, key, int(steps), int(paths), hard, save_at, jit_, nt, groups),
                   in_axes=(0, lr_axis))
     traj = fn(deltas, lr_arr)
     setting = dict(deltas=np.asarray(deltas).tolist(), lr=_maybe_float(lr),
                    lr_axis="per delta" if lr_axis == 0 else "shared", steps=int(steps), paths=int(paths),
                    **_problem_setting(problem, key), response_jump=jump,
-        antithetic_coordinates=list(hard), jacobian="exact-adjoint",
+        antithetic_coordinates=list(hard), symmetry_groups=[list(g) for g in groups], jacobian="exact-adjoint",
                    dtype="float64", common_random_numbers=True, field_factor="block-cholesky", chol_jitter=jit_,
                    **_test_setting(nt))
     return _checked(dataclasses.replace(traj, setting=setting), throw)
+
+
+def _hard_groups(problem: Problem, where: str) -> tuple:
+    """``Teacher.hard_groups`` (static for the solve), with a warning for declared hard coordinates that no
+    label-preserving sign flip covers (their rows are forced to 0 as declared, unverified)."""
+    bad = problem.teacher.unverified_hard()
+    if bad:
+        import warnings
+
+        warnings.warn(f"{where}: Teacher.hard declares {list(bad)}, but the link is not invariant under flipping "
+                      "those coordinates (alone, jointly with other coordinates, or with the noise), so E[z_j | y] = 0 "
+                      "is not guaranteed; their overlap rows are forced to 0 as declared while they are 0. If the "
+                      "declaration is wrong, leave Teacher.hard = None (detected).", RuntimeWarning, stacklevel=3)
+    return problem.teacher.hard_groups()
 
 
 def _sweep_lr_axis(shape, n_deltas: int, steps: int, lr_per_delta):
@@ -731,7 +759,8 @@ def _problem_setting(problem: Problem, key) -> dict:
         key_data = np.asarray(jax.random.key_data(key) if typed else key).tolist()
     except Exception:  # traced (e.g. vmapped over keys)
         key_data = None
-    return dict(ridge=_maybe_float(problem.ridge), ridge_second=_maybe_float(problem.ridge_second), key=key_data)
+    return dict(ridge=_maybe_float(problem.ridge), ridge_second=_maybe_float(problem.ridge_second), key=key_data,
+                problem=describe_problem(problem))
 
 
 
