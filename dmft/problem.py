@@ -154,13 +154,15 @@ class Teacher(eqx.Module):
         leaves the law of ``(z, y, r)`` invariant). Declared coordinates that no detected flip
         covers are kept as singletons (the declaration is honoured; :meth:`unverified_hard` names them)."""
         hard = set(self.hard_coordinates(key))
+        if not hard:
+            return ()
         groups = [g for g in self.symmetry_groups(key) if set(g) <= hard]
         covered = {j for g in groups for j in g}
         return tuple(groups) + tuple((j,) for j in sorted(hard - covered))
 
     def unverified_hard(self, key=None) -> tuple:
         """Declared hard coordinates that no label-preserving sign flip covers."""
-        if self.hard is None:
+        if not self.hard:
             return ()
         covered = {j for g in self.symmetry_groups(key) for j in g}
         return tuple(sorted(int(j) for j in self.hard if int(j) not in covered))
@@ -175,6 +177,10 @@ class Teacher(eqx.Module):
         all its rows are 0 (``y = z₁z₂`` with ``z₁`` learned makes ``z₂`` easy): see :meth:`hard_groups`."""
         import itertools
 
+        with jax.ensure_compile_time_eval():      # concrete even when called under a trace (sweeps)
+            return self._symmetry_groups(key, samples, max_k, itertools)
+
+    def _symmetry_groups(self, key, samples, max_k, itertools):
         key = jax.random.key(12345) if key is None else key
         kz, ke = jax.random.split(key)
         z = jax.random.normal(kz, (samples, self.k))
