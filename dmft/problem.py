@@ -66,6 +66,11 @@ def _standard_normal_noise(key, shape):
     return jax.random.normal(key, shape)
 
 
+# Teacher.symmetry_groups with the default key, per (link, k, noise_dim, noise, ...): the link and the
+# noise law are static callables (identity), so the groups of a teacher are computed once per process
+_SYMMETRY_CACHE: dict = {}
+
+
 class Teacher(eqx.Module):
     """Multi-index teacher ``y = link(z, eps)``, ``z = Θ*ᵀx ∈ R^k``.
 
@@ -177,8 +182,16 @@ class Teacher(eqx.Module):
         all its rows are 0 (``y = z₁z₂`` with ``z₁`` learned makes ``z₂`` easy): see :meth:`hard_groups`."""
         import itertools
 
+        memo = (self.link, self.k, self.noise_dim, self.noise, samples, max_k) if key is None else None
+        if memo is not None and memo in _SYMMETRY_CACHE:
+            return _SYMMETRY_CACHE[memo]
         with jax.ensure_compile_time_eval():      # concrete even when called under a trace (sweeps)
-            return self._symmetry_groups(key, samples, max_k, itertools)
+            out = self._symmetry_groups(key, samples, max_k, itertools)
+        if memo is not None:
+            if len(_SYMMETRY_CACHE) > 512:
+                _SYMMETRY_CACHE.clear()
+            _SYMMETRY_CACHE[memo] = out
+        return out
 
     def _symmetry_groups(self, key, samples, max_k, itertools):
         key = jax.random.key(12345) if key is None else key
@@ -483,12 +496,35 @@ def response_jumps(problem: Problem, key=None, points: int = 8) -> float:
     square loss): ReLU 0.78, the absolute loss 0.66 (jumps); relu² 6e-4, Huber 5e-5 (curvature steps);
     gelu, tanh, erf, softplus, silu, quadratic < 3e-9. Above ``JUMP_TOL`` the DMFT entry points warn
     (:func:`warn_if_response_jumps`)."""
+    memo = _problem_memo(problem, points) if key is None else None
+    if memo is not None and memo in _JUMP_CACHE:
+        return _JUMP_CACHE[memo]
     key = jax.random.key(11) if key is None else key
     kz, ke, kr = jax.random.split(key, 3)
     z = jax.random.normal(kz, (points, problem.k))
     eps = problem.teacher.sample_noise(ke, (points,))
     g = jax.random.normal(kr, (points, problem.m))
-    return float(_response_jump_values(problem, z, eps, g))
+    out = float(_response_jump_values(problem, z, eps, g))
+    if memo is not None:
+        if len(_JUMP_CACHE) > 512:
+            _JUMP_CACHE.clear()
+        _JUMP_CACHE[memo] = out
+    return out
+
+
+_JUMP_CACHE: dict = {}
+
+
+def _problem_memo(problem: Problem, *extra):
+    """A hashable identity of a concrete problem (its tree structure with the static callables, and the
+    bytes of its arrays); None under a trace."""
+    leaves, treedef = jax.tree_util.tree_flatten(problem)
+    try:
+        arrays = tuple((np.asarray(x).dtype.str, np.shape(x), np.asarray(x).tobytes()) for x in leaves)
+        hash(treedef)
+    except Exception:  # traced leaves, or unhashable static data
+        return None
+    return (treedef, arrays) + extra
 
 
 @eqx.filter_jit
