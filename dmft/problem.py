@@ -198,31 +198,35 @@ class Teacher(eqx.Module):
         kz, ke = jax.random.split(key)
         z = jax.random.normal(kz, (samples, self.k))
         eps = self.sample_noise(ke, (samples,))
-        y = np.asarray(self.labels(z, eps))
-        scale = 1.0 + np.abs(y)
-
-        def keeps(S, noise):
-            sgn = jnp.ones(self.k).at[jnp.array(S, dtype=int)].set(-1.0) if S else jnp.ones(self.k)
-            yj = np.asarray(self.labels(z * sgn, -eps if noise else eps))
-            return bool(np.all(np.abs(yj - y) <= 1e-10 * scale))
-
-        even = [j for j in range(self.k) if keeps((j,), False)]
+        noise_ok = self.noise_dim > 0 and self.noise is _standard_normal_noise
+        # every candidate flip at once (one compiled program per teacher): the k single flips, then all
+        # subsets of ≤ max_k coordinates with and without the noise flip
+        cands = [((j,), False) for j in range(self.k)]
+        if self.k <= max_k:
+            cands += [(S, nz) for size in range(1, self.k + 1) for S in itertools.combinations(range(self.k), size)
+                      for nz in (False, True) if (size > 1 or nz) and (noise_ok or not nz)]
+        sz = np.ones((len(cands) + 1, self.k))
+        se = np.ones(len(cands) + 1)
+        for i, (S, nz) in enumerate(cands, start=1):
+            sz[i, list(S)] = -1.0
+            se[i] = -1.0 if nz else 1.0
+        ys = np.asarray(_flipped_labels(self, z, eps, jnp.asarray(sz), jnp.asarray(se)))   # (1 + candidates, samples)
+        y = ys[0]
+        keeps = dict(zip(cands, np.all(np.abs(ys[1:] - y) <= 1e-10 * (1.0 + np.abs(y)), axis=1)))
+        even = [j for j in range(self.k) if keeps[((j,), False)]]
         groups = [(j,) for j in even]
         rest = [j for j in range(self.k) if j not in even]
         if len(rest) > max_k:
             return tuple(groups)
-        noise_ok = self.noise_dim > 0 and self.noise is _standard_normal_noise
         found = []
         for size in range(1, len(rest) + 1):
             for S in itertools.combinations(rest, size):
                 for noise in (False, True):
-                    if (size == 1 and not noise) or (noise and not noise_ok):
+                    if (S, noise) not in keeps or any(set(F) <= set(S) for F in found):
                         continue
-                    if any(set(F) <= set(S) for F, _ in found):
-                        continue
-                    if keeps(S, noise):
-                        found.append((S, noise))
-        return tuple(groups) + tuple(S for S, _ in found)
+                    if keeps[(S, noise)]:
+                        found.append(S)
+        return tuple(groups) + tuple(found)
 
     def detect_even_coordinates(self, key=None, samples: int = 512) -> tuple:
         """Teacher coordinates ``j`` with ``link(z with z_j -> -z_j, eps) == link(z, eps)``.
@@ -434,6 +438,12 @@ def check_finite_maps(problem: Problem, key=None, samples: int = 256):
             )
 
 
+@eqx.filter_jit
+def _flipped_labels(teacher, z, eps, sz, se):
+    """Labels of ``(z·sz_c, eps·se_c)`` for every row c of the sign patterns ``sz`` (C, k), ``se`` (C,)."""
+    return jax.vmap(lambda a, b: teacher.labels(z * a, eps * b))(sz, se)
+
+
 def _probe_link(teacher):
     """Call the link once on numpy zeros of the declared sizes (z: (k,), eps: (noise_dim,)). Under JAX an index
     past the end is clamped silently (z[1] with k = 1 reads z[0]: a user audit found such a teacher running
@@ -538,8 +548,10 @@ def _response_jump_values(problem: Problem, z, eps, g):
 
     def along(yy, rr, j):
         rs = jnp.broadcast_to(rr, (t.size, m)).at[:, j].set(t)
-        gj = jax.vmap(lambda r: sample_grad(problem, yy, r, a)[j])(rs)
-        hj = jax.vmap(lambda r: sample_hessian(problem, yy, r, a)[j, j])(rs)
+        ej = jnp.zeros(m).at[j].set(1.0)
+        # ∂ℓ/∂r_j and its autodiff derivative along r_j (one forward-over-reverse product, not the m×m Hessian)
+        gj, hj = jax.vmap(lambda r: jax.tree.map(lambda v: v[j], jax.jvp(lambda q: sample_grad(problem, yy, q, a),
+                                                                           (r,), (ej,))))(rs)
         mism = jnp.abs(jnp.diff(gj) - 0.5 * h * (hj[1:] + hj[:-1]))
         return jnp.max(mism) / (1.0 + jnp.max(jnp.abs(gj)))
 
