@@ -69,6 +69,18 @@ def _standard_normal_noise(key, shape):
 # Teacher.symmetry_groups with the default key, per (link, k, noise_dim, noise, ...): the link and the
 # noise law are static callables (identity), so the groups of a teacher are computed once per process
 _SYMMETRY_CACHE: dict = {}
+_JUMP_CACHE: dict = {}      # response_jumps per concrete problem (_problem_memo)
+
+
+def _memoized(cache: dict, memo, compute):
+    """``compute()`` cached under ``memo`` (None: not cached); a cache past 512 entries starts over."""
+    if memo is None:
+        return compute()
+    if memo not in cache:
+        if len(cache) > 512:
+            cache.clear()
+        cache[memo] = compute()
+    return cache[memo]
 
 
 class Teacher(eqx.Module):
@@ -182,22 +194,14 @@ class Teacher(eqx.Module):
         all its rows are 0 (``y = z₁z₂`` with ``z₁`` learned makes ``z₂`` easy): see :meth:`hard_groups`."""
         import itertools
 
+        def compute():
+            with jax.ensure_compile_time_eval():      # concrete even when called under a trace (sweeps)
+                return self._symmetry_groups(key, samples, max_k, itertools)
+
         memo = (self.link, self.k, self.noise_dim, self.noise, samples, max_k) if key is None else None
-        if memo is not None and memo in _SYMMETRY_CACHE:
-            return _SYMMETRY_CACHE[memo]
-        with jax.ensure_compile_time_eval():      # concrete even when called under a trace (sweeps)
-            out = self._symmetry_groups(key, samples, max_k, itertools)
-        if memo is not None:
-            if len(_SYMMETRY_CACHE) > 512:
-                _SYMMETRY_CACHE.clear()
-            _SYMMETRY_CACHE[memo] = out
-        return out
+        return _memoized(_SYMMETRY_CACHE, memo, compute)
 
     def _symmetry_groups(self, key, samples, max_k, itertools):
-        key = jax.random.key(12345) if key is None else key
-        kz, ke = jax.random.split(key)
-        z = jax.random.normal(kz, (samples, self.k))
-        eps = self.sample_noise(ke, (samples,))
         noise_ok = self.noise_dim > 0 and self.noise is _standard_normal_noise
         # every candidate flip at once (one compiled program per teacher): the k single flips, then all
         # subsets of ≤ max_k coordinates with and without the noise flip
@@ -205,14 +209,7 @@ class Teacher(eqx.Module):
         if self.k <= max_k:
             cands += [(S, nz) for size in range(1, self.k + 1) for S in itertools.combinations(range(self.k), size)
                       for nz in (False, True) if (size > 1 or nz) and (noise_ok or not nz)]
-        sz = np.ones((len(cands) + 1, self.k))
-        se = np.ones(len(cands) + 1)
-        for i, (S, nz) in enumerate(cands, start=1):
-            sz[i, list(S)] = -1.0
-            se[i] = -1.0 if nz else 1.0
-        ys = np.asarray(_flipped_labels(self, z, eps, jnp.asarray(sz), jnp.asarray(se)))   # (1 + candidates, samples)
-        y = ys[0]
-        keeps = dict(zip(cands, np.all(np.abs(ys[1:] - y) <= 1e-10 * (1.0 + np.abs(y)), axis=1)))
+        keeps = self._flips_keep(key, samples, cands)
         even = [j for j in range(self.k) if keeps[((j,), False)]]
         groups = [(j,) for j in even]
         rest = [j for j in range(self.k) if j not in even]
@@ -232,20 +229,26 @@ class Teacher(eqx.Module):
         """Teacher coordinates ``j`` with ``link(z with z_j -> -z_j, eps) == link(z, eps)``.
 
         Evenness in ``z_j`` implies ``E[z_j | y] = 0`` (a hard direction at zero overlap).
-        Checked on ``samples`` Gaussian draws, outside of any trace.
+        Checked on ``samples`` Gaussian draws (concrete even under a trace).
         """
+        with jax.ensure_compile_time_eval():
+            keeps = self._flips_keep(key, samples, [((j,), False) for j in range(self.k)])
+        return tuple(j for j in range(self.k) if keeps[((j,), False)])
+
+    def _flips_keep(self, key, samples: int, cands) -> dict:
+        """For each candidate flip ``(S, noise)`` (``z_S → −z_S``, and ``ε → −ε`` if ``noise``): whether
+        every label of ``samples`` Gaussian draws is unchanged (one compiled program per teacher)."""
         key = jax.random.key(12345) if key is None else key
         kz, ke = jax.random.split(key)
         z = jax.random.normal(kz, (samples, self.k))
         eps = self.sample_noise(ke, (samples,))
-        y = np.asarray(self.labels(z, eps))
-        even = []
-        for j in range(self.k):
-            yj = np.asarray(self.labels(z.at[:, j].multiply(-1.0), eps))
-            scale = 1.0 + np.abs(y)
-            if np.all(np.abs(yj - y) <= 1e-10 * scale):
-                even.append(j)
-        return tuple(even)
+        sz = np.ones((len(cands) + 1, self.k))
+        se = np.ones(len(cands) + 1)
+        for i, (S, nz) in enumerate(cands, start=1):
+            sz[i, list(S)] = -1.0
+            se[i] = -1.0 if nz else 1.0
+        ys = np.asarray(_flipped_labels(self, z, eps, jnp.asarray(sz), jnp.asarray(se)))   # (1 + candidates, samples)
+        return dict(zip(cands, np.all(np.abs(ys[1:] - ys[0]) <= 1e-10 * (1.0 + np.abs(ys[0])), axis=1)))
 
 
 # ---------------------------------------------------------------------------------
@@ -415,13 +418,7 @@ def sample_grad_a(problem: Problem, y, r, a):
 def check_finite_maps(problem: Problem, key=None, samples: int = 256):
     """Evaluate link, readout, loss and their derivatives on Gaussian inputs at the initial
     state; raise :class:`ProblemError` naming which returned non-finite values."""
-    key = jax.random.key(7) if key is None else key
-    # the draws outside the checked program: they compile once per shape for every problem, and the
-    # straight-line Threefry (dmft/threefry_cpu.py) fused into the loss made this program 3x slower to compile
-    kz, ke, kr = jax.random.split(key, 3)
-    z = jax.random.normal(kz, (samples, problem.k))
-    eps = problem.teacher.sample_noise(ke, (samples,))
-    g = jax.random.normal(kr, (samples, problem.m))
+    z, eps, g = _initial_draws(problem, jax.random.key(7) if key is None else key, samples)
     y, checks = _finite_map_values(problem, z, eps, g)
     if not np.all(np.isfinite(np.asarray(y))):
         raise ProblemError(
@@ -442,6 +439,21 @@ def check_finite_maps(problem: Problem, key=None, samples: int = 256):
 def _flipped_labels(teacher, z, eps, sz, se):
     """Labels of ``(z·sz_c, eps·se_c)`` for every row c of the sign patterns ``sz`` (C, k), ``se`` (C,)."""
     return jax.vmap(lambda a, b: teacher.labels(z * a, eps * b))(sz, se)
+
+
+def _initial_draws(problem: Problem, key, samples: int):
+    """Standard normal teacher inputs ``z`` (samples, k), the teacher's noise and field noise ``g`` (samples, m)
+    for the checks at the initial state (:func:`_initial_fields` makes ``r``). Drawn outside the checked
+    programs: they compile once per shape for every problem, and the straight-line Threefry
+    (dmft/threefry_cpu.py) fused into the loss made the checked program 3x slower to compile."""
+    kz, ke, kr = jax.random.split(key, 3)
+    return (jax.random.normal(kz, (samples, problem.k)), problem.teacher.sample_noise(ke, (samples,)),
+            jax.random.normal(kr, (samples, problem.m)))
+
+
+def _initial_fields(problem: Problem, z, g):
+    """Pre-activations at the initial state: ``r = M⁰ᵀz + chol(Q₀) g``."""
+    return g @ jnp.linalg.cholesky(jnp.asarray(problem.init.q0)).T + z @ problem.init.overlap
 
 
 def _probe_link(teacher):
@@ -469,8 +481,7 @@ def _finite_map_values(problem: Problem, z, eps, g):
     ``design_gd`` run, 27 calls), from standard normal ``z`` (samples, k), ``g`` (samples, m)
     and the teacher's noise ``eps``."""
     y = problem.teacher.labels(z, eps)
-    r = g @ jnp.linalg.cholesky(jnp.asarray(problem.init.q0)).T
-    r = r + z @ problem.init.overlap
+    r = _initial_fields(problem, z, g)
     a = problem.student.second_layer
     checks = {
         "readout/activation F(r; a)": jax.vmap(problem.student.F, in_axes=(0, None))(r, a),
@@ -506,23 +517,11 @@ def response_jumps(problem: Problem, key=None, points: int = 8) -> float:
     square loss): ReLU 0.78, the absolute loss 0.66 (jumps); relu² 6e-4, Huber 5e-5 (curvature steps);
     gelu, tanh, erf, softplus, silu, quadratic < 3e-9. Above ``JUMP_TOL`` the DMFT entry points warn
     (:func:`warn_if_response_jumps`)."""
-    memo = _problem_memo(problem, points) if key is None else None
-    if memo is not None and memo in _JUMP_CACHE:
-        return _JUMP_CACHE[memo]
-    key = jax.random.key(11) if key is None else key
-    kz, ke, kr = jax.random.split(key, 3)
-    z = jax.random.normal(kz, (points, problem.k))
-    eps = problem.teacher.sample_noise(ke, (points,))
-    g = jax.random.normal(kr, (points, problem.m))
-    out = float(_response_jump_values(problem, z, eps, g))
-    if memo is not None:
-        if len(_JUMP_CACHE) > 512:
-            _JUMP_CACHE.clear()
-        _JUMP_CACHE[memo] = out
-    return out
+    def compute():
+        return float(_response_jump_values(problem, *_initial_draws(problem, jax.random.key(11) if key is None else key,
+                                                                    points)))
 
-
-_JUMP_CACHE: dict = {}
+    return _memoized(_JUMP_CACHE, _problem_memo(problem, points) if key is None else None, compute)
 
 
 def _problem_memo(problem: Problem, *extra):
@@ -540,7 +539,7 @@ def _problem_memo(problem: Problem, *extra):
 @eqx.filter_jit
 def _response_jump_values(problem: Problem, z, eps, g):
     y = problem.teacher.labels(z, eps)
-    r0 = g @ jnp.linalg.cholesky(jnp.asarray(problem.init.q0)).T + z @ problem.init.overlap
+    r0 = _initial_fields(problem, z, g)
     a = problem.student.second_layer
     t = jnp.linspace(-JUMP_SPAN, JUMP_SPAN, JUMP_CELLS + 1)
     h = t[1] - t[0]

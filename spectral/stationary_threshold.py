@@ -40,7 +40,7 @@ import numpy as np
 from ._errors import NO_OUTLIER, SUCCESS, SpectralError, message
 from .law import law_from_problem
 from .outliers import outlier
-from .thresholds import _criterion, _root_on_grid, negative_level
+from .thresholds import _criterion, _root_on_grid, negative_level, padded_grid
 
 
 FALLBACK_DAMPING = 0.3
@@ -88,7 +88,7 @@ def margins_at_stationary(problem, grid, *, paths: int, key, warmup, max_iters: 
     if not hard:
         raise SpectralError("the teacher has no hard coordinates (even coordinates of the link): no hard outlier to look for.")
     n = len(grid)
-    run = grid if pad_to is None or pad_to <= n else np.concatenate([grid, np.full(pad_to - n, grid[-1])])
+    run = padded_grid(grid, pad_to)
     start = warmup.run_sweep(problem, jnp.asarray(run), key)
     st = dmft.stationary_sweep(problem, jnp.asarray(run), paths=paths, key=key, start=start, max_iters=max_iters)
     st = jax.tree.map(lambda x: x[:n] if getattr(x, "ndim", 0) > 0 else x, st)

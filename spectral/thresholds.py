@@ -193,6 +193,14 @@ def cosine_cut_margin(margin, cosine2, c: float):
     return np.where(m < 0, c - c2, c + m)
 
 
+def padded_grid(grid, pad_to: Optional[int]):
+    """``grid`` extended to ``pad_to`` points by repeating its last value (the extra points are solved, not
+    reported), so sweeps of different lengths share one compiled program."""
+    grid = np.asarray(grid, float)
+    n = len(grid)
+    return grid if pad_to is None or pad_to <= n else np.concatenate([grid, np.full(pad_to - n, grid[-1])])
+
+
 def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
                  side="bottom", level="auto", pad_to: Optional[int] = None,
                  min_cosine2: Optional[float] = None) -> MarginCurve:
@@ -212,7 +220,7 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
     times = tuple(int(t) for t in times)
     deltas = np.asarray(deltas, dtype=float)
     n = len(deltas)
-    run = deltas if pad_to is None or pad_to <= n else np.concatenate([deltas, np.full(pad_to - n, deltas[-1])])
+    run = padded_grid(deltas, pad_to)
     traj = dmft.solve_sweep(problem, jnp.asarray(run), lr=lr, steps=steps, paths=paths, key=key,
                             save_samples_at=times)
     margin, ev, edge, cos2, notes, unb = _margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d,
