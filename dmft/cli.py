@@ -485,7 +485,7 @@ def simulate_cmd(
     try:
         import jax
 
-        from dmft.success import success_curve
+        from dmft.success import no_bracket_reason, success_curve
 
         problem = make_problem(target, activation, width, loss, init_scale, train_second_layer, power, ridge=ridge)
         g = _grid(grid)
@@ -509,7 +509,7 @@ def simulate_cmd(
                 raise typer.Exit(2)
     for dim, sc in results.items():
         where = (f"50% point {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f}" if np.isfinite(sc.delta_50) else
-                 "the grid does not bracket 50% success (no 50% point; widen --grid)")
+                 f"no 50% point: {no_bracket_reason(sc.deltas, sc.success)}")
         typer.echo(f"d={dim}: success {sc.success.tolist()} at δ={g}; {where}")
     if plot is not None:
         import matplotlib

@@ -63,6 +63,18 @@ def fifty_percent_point(deltas, success, seeds):
     return float("nan"), float("nan")
 
 
+def no_bracket_reason(deltas, success) -> str:
+    """Why :func:`fifty_percent_point` found no crossing, and which way to widen the grid."""
+    s = np.asarray(success, float)
+    if s[0] >= 0.5:
+        return (f"success is already {s[0]:.3g} ≥ 0.5 at the smallest δ = {float(deltas[0]):.4g}: the 50% point lies at "
+                f"or below it (extend --grid downward)")
+    if np.all(s < 0.5):
+        return (f"success stays below 0.5 up to the largest δ = {float(deltas[-1]):.4g} (max {s.max():.3g}; extend "
+                f"--grid upward or run longer)")
+    return "the success fraction does not cross 0.5 from below on this grid (widen --grid)"
+
+
 def success_curve(problem: Problem, d: int, deltas, *, lr, steps: int, seeds: int, key, threshold: float = 0.5,
                   record_every: int = None, dtype=jnp.float32, hard=None, test_samples: int = 1024) -> SuccessCurve:
     """GD success fraction against δ at dimension ``d`` (one :func:`dmft.simulate` per δ, seeds vmapped)."""

@@ -5,7 +5,8 @@ summaries (loss, ‖∇𝓛‖, ‖w‖, per-leaf and per-unit norms, norm of a 
 full weights; terminating events:
   saddle    — after escape (𝓛 < 𝓛(0)·(1 − escape_drop)) the gradient is small (‖∇𝓛‖ < gtol)
   divergence — ‖w‖ > diverge_norm (saddle at infinity, e.g. logistic loss).
-`first_saddle` adds the Hessian signature there (dense eigenvalues, or Lanczos on HVPs).
+`first_saddle` finds the first plateau of ‖∇𝓛‖ after escape (or the event) and adds the Hessian
+signature there (dense eigenvalues, or Lanczos on HVPs).
 """
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def gradient_flow(model, params0, X, y, loss="square", t1: float = 10.0, ts=None
     require_theory(model, experimental, "gradient_flow")
     if save not in ("summary", "params", "both"):
         raise FlowError(f"save={save!r}: use 'summary', 'params' or 'both'.")
-    check_data(X, y)
+    check_data(X, y, loss)
     X = jnp.asarray(X, dtype=jnp.float64)
     y = jnp.asarray(y, dtype=jnp.float64)
     x0, unravel = ravel_pytree(params0)
@@ -174,49 +175,86 @@ class SaddleResult(eqx.Module):
     hessian_max: float
     n_negative: int          # negative eigenvalues (< −1e-8·max|λ|); Lanczos: among Ritz values
     residual_ncf: float      # max_{‖u_Z‖=1} rᵀ[H(p*+u_Z) − H(p*)], r = −ℓ'(H(p*), y) (mask given; nan else)
-    is_saddle: bool          # a negative eigenvalue exists, or residual_ncf > 0 (higher-order saddle, L > 2)
-    method: str              # 'event' or 'plateau' (local min of ‖∇𝓛‖ on the save grid)
+    is_saddle: bool          # stationary (see `stationarity`) and: a negative eigenvalue, or residual_ncf > 0
+    method: str              # 'event' (‖∇𝓛‖ < gtol), 'plateau' (first deep local min of ‖∇𝓛‖ after escape,
+                             # refined), 'diverged' (saddle at infinity) or 'none' (no saddle found); + '/dense|lanczos'
+    peak_grad: float         # largest ‖∇𝓛‖ on the save grid between escape and the returned point
+    stationarity: float      # grad_norm / peak_grad (a plateau needs ≤ depth; an event ≤ gtol / peak)
     flow: FlowResult
     message: str
+
+
+def first_plateau(ts, loss, grad_norm, loss0: float, escape_drop: float, depth: float, last_ok: bool = True):
+    """Index of the first deep local minimum of ‖∇𝓛‖ after escape on a save grid, or None.
+
+    Escape: the first save point with 𝓛 < 𝓛(0)(1 − escape_drop). A local minimum i (g_i ≤ both neighbours;
+    the last point counts when ``last_ok``) is deep when g_i ≤ depth · max(g_0..g_i): the flow slowed down by
+    that factor since its escape, as it does near a saddle (and near a minimum)."""
+    g = np.asarray(grad_norm, dtype=np.float64)
+    esc = np.asarray(loss) < loss0 - escape_drop * abs(loss0)
+    if not esc.any():
+        return None
+    for i in range(max(int(np.argmax(esc)), 1), len(g)):
+        right = g[i] <= g[i + 1] if i + 1 < len(g) else last_ok
+        if g[i] <= g[i - 1] and right and g[i] <= depth * g[:i].max():
+            return i
+    return None
 
 
 def first_saddle(model, params0, X, y, loss="square", t1: float = 100.0, delta=None, gtol=None,
                  n_save: int = 400, escape_drop: float = 1e-2, diverge_norm: float = 1e3,
                  rtol: float = 1e-9, solver=None, experimental: bool = False, mask=None,
-                 dense_max: int = 800, params_like=None, ts=None) -> SaddleResult:
-    """Run the flow from δ·params0 until the first saddle after escape (event ‖∇𝓛‖ < gtol),
-    or divergence ‖w‖ → ∞; report the loss and the Hessian signature there."""
+                 dense_max: int = 800, params_like=None, ts=None, depth: float = 0.1,
+                 refine: int = 201) -> SaddleResult:
+    """Run the flow from δ·params0 to its first saddle after escape, and report the loss and the Hessian
+    signature there.
+
+    The first saddle is the first place after escape where the flow nearly stops: the first local minimum
+    of ‖∇𝓛‖ on the save grid that is ``depth`` times below the gradient's peak since the start, located to
+    1/(refine − 1) of its grid bracket by a second solve; or an earlier ‖∇𝓛‖ < gtol event. The event alone
+    is not enough: the flow passes the first saddle at a distance that depends on δ, so an absolute gtol can
+    miss it and stop at a later saddle or at the minimum (user audit, session 49). ‖w‖ > diverge_norm with
+    no plateau before it is a saddle at infinity. With no plateau and no event, ``method`` is 'none' and
+    ``is_saddle`` False (extend t1)."""
     model = as_model(model, params_like)
+    if not 0 < depth < 1:
+        raise FlowError(f"depth={depth}: the plateau depth (‖∇𝓛‖ / its peak) must lie in (0, 1); default 0.1.")
     fr = gradient_flow(model, params0, X, y, loss, t1=t1, delta=delta, n_save=n_save, solver=solver,
                        rtol=rtol, stop_at_saddle=True, gtol=gtol, escape_drop=escape_drop,
                        diverge_norm=diverge_norm, experimental=experimental, mask=mask, ts=ts)
-    loss0 = fr.setting["loss0"]
+    loss0, gtol = fr.setting["loss0"], fr.setting["gtol"]
     valid = fr.ts <= fr.t_final * (1 + 1e-12)
-    escaped = np.any(fr.loss[valid] < loss0 - escape_drop * abs(loss0)) or fr.code in ("saddle", "diverged")
+    tv, lv, gv = fr.ts[valid], fr.loss[valid], fr.grad_norm[valid]
+    escaped = np.any(lv < loss0 - escape_drop * abs(loss0)) or fr.code in ("saddle", "diverged")
     if not escaped:
+        from .ncf import require_signal
+        require_signal(loss, y)
         raise FlowError(f"t1={t1}: the flow from delta={delta} never escaped the origin within the horizon "
-                        f"(loss stayed at {fr.loss[valid][-1]:.6g} ≈ 𝓛(0) = {loss0:.6g}); increase t1 "
+                        f"(loss stayed at {lv[-1]:.6g} ≈ 𝓛(0) = {loss0:.6g}); increase t1 "
                         "(escape time ≈ T_δ = ln(1/δ)/(2N) for L = 2, 1/(L(L−2)Nδ^{L−2}) for L > 2) or delta.")
-    if fr.code in ("saddle", "diverged"):
+    # a plateau before the event (or before t1): the grid's last point counts only when no event cut the run
+    i = first_plateau(tv, lv, gv, loss0, escape_drop, depth, last_ok=fr.code == "completed")
+    peak = float(np.max(gv[: (i if i is not None else len(gv))])) if len(gv) > 1 else float("nan")
+    if i is not None:
+        lo, hi = float(tv[i - 1]), float(tv[min(i + 1, len(tv) - 1)])
+        tr = np.concatenate([[0.0], np.linspace(lo, hi, refine)])
+        fine = gradient_flow(model, params0, X, y, loss, t1=hi, ts=tr, delta=delta, rtol=rtol, solver=solver,
+                             save="params", experimental=experimental)
+        j = 1 + int(np.argmin(fine.grad_norm[1:]))
+        w, t, method = jax.tree_util.tree_map(lambda a: a[j], fine.params), float(tr[j]), "plateau"
+    elif fr.code == "saddle":
         w, t, method = fr.final, fr.t_final, "event"
+    elif fr.code == "diverged":
+        w, t, method = fr.final, fr.t_final, "diverged"
     else:
-        # plateau: first local minimum of ‖∇𝓛‖ after escape on the save grid; re-solve to it
-        g = fr.grad_norm[valid]
-        esc = np.argmax(fr.loss[valid] < loss0 - escape_drop * abs(loss0))
-        peak = esc + int(np.argmax(g[esc:]))
-        after = g[peak:]
-        loc = [i for i in range(1, len(after) - 1) if after[i] <= after[i - 1] and after[i] <= after[i + 1]]
-        i = peak + (loc[0] if loc else len(after) - 1)
-        t = float(fr.ts[valid][i])
-        w = gradient_flow(model, params0, X, y, loss, t1=t, delta=delta, n_save=2, rtol=rtol,
-                          solver=solver, experimental=experimental).final
-        method = "plateau"
+        w, t, method = fr.final, fr.t_final, "none"
     X = jnp.asarray(X, dtype=jnp.float64)
     lossf = make_loss(model, X, jnp.asarray(y, dtype=jnp.float64), loss)
     flat, unravel = ravel_pytree(w)
     fl = lambda x: lossf(unravel(x))
     val, gr = jax.value_and_grad(fl)(flat)
-    at_inf = fr.code == "diverged"
+    gn = float(jnp.linalg.norm(gr))
+    at_inf = method == "diverged"
     if at_inf:
         ev, hm = np.array([np.nan]), "skipped"
     else:
@@ -226,12 +264,23 @@ def first_saddle(model, params0, X, y, loss="square", t1: float = 100.0, delta=N
     rncf = float("nan")
     if mask is not None and not at_inf:
         rncf = residual_ncf(model, w, mask, X, y, loss)
-    return SaddleResult(params=w, time=float(t), loss=float(val), grad_norm=float(jnp.linalg.norm(gr)),
+    stat = gn / peak if peak > 0 else float("nan")
+    stationary = method in ("plateau", "event") and (stat <= depth or gn < gtol)
+    messages = dict(
+        plateau=f"first saddle at t={t:.6g}: the first local minimum of ‖∇𝓛‖ after escape ({gn:.3g}, "
+                f"{stat:.2g} of its peak {peak:.3g}; refined on {refine} points)",
+        event=fr.message, diverged=fr.message + "; no plateau of ‖∇𝓛‖ before it",
+        none=f"no saddle found up to t={fr.t_final:.6g} ({fr.code}): ‖∇𝓛‖ has no local minimum ≤ depth={depth} × "
+             f"its peak after escape; extend t1 (or n_save for a finer grid)")
+    msg = messages[method]
+    if method in ("plateau", "event") and nneg == 0 and not rncf > 1e-10 * abs(loss0):
+        msg += "; no negative curvature" + (" and residual NCF ≤ 0" if mask is not None else "") + \
+            ": a (local) minimum, not a saddle" + ("" if mask is not None else " (pass mask= to test zero units)")
+    return SaddleResult(params=w, time=float(t), loss=float(val), grad_norm=gn,
                         norm=float(jnp.linalg.norm(flat)), at_infinity=bool(at_inf),
                         hessian_min=float(ev[0]), hessian_max=float(ev[-1]), n_negative=nneg,
-                        residual_ncf=rncf, is_saddle=bool(nneg > 0 or rncf > 1e-10 * abs(loss0)), method=method + ("/" + hm), flow=fr,
-                        message=fr.message if method == "event" else
-                        f"no ‖∇𝓛‖ < gtol event; took the first local minimum of ‖∇𝓛‖ after escape (t={t:.6g})")
+                        residual_ncf=rncf, is_saddle=bool(stationary and (nneg > 0 or rncf > 1e-10 * abs(loss0))),
+                        method=method + ("/" + hm), peak_grad=peak, stationarity=float(stat), flow=fr, message=msg)
 
 
 def residual_ncf(model, w, mask, X, y, loss="square", starts: int = 16, key=None) -> float:

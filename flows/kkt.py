@@ -18,15 +18,15 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .errors import FlowError, check_data
-from .linalg import dense_tangent_eigs, tangent_hessian_eigs
+from .linalg import dense_tangent_eigh, tangent_hessian_eigs
 from .models import as_model, check_degree, require_theory
-from .ncf import make_ncf
+from .ncf import make_ncf, require_signal
 
 
 class KKTPoint(eqx.Module):
     direction: Any            # unit-norm parameter pytree u*
     value: float              # N(u*)
-    gap: float                # Δ = L N − λ_max(P∇²N P on T)
+    gap: float                # Δ = L N − λ_max(P∇²N P on T, symmetry-orbit directions excluded)
     multiplier: float         # L N(u*)  (the Lagrange multiplier)
     residual: float           # ‖∇N − L N u*‖ / ‖∇N‖  (multiplier check)
     tangent_max: float        # λ_max(P ∇²N P | T)
@@ -40,6 +40,8 @@ class KKTPoint(eqx.Module):
     ranks: tuple              # numerical rank of each matrix leaf (σ_i > 1e-6 σ_1)
     sv_ratio: tuple           # σ_2/σ_1 of each matrix leaf (rank-one ⇔ ≈ 0)
     method: str               # 'dense' or 'lanczos' for Δ
+    symmetry_dim: int         # tangent directions of a continuous symmetry orbit (λ = L N, J v = 0), left out of
+                              # Δ and tangent_max (dense only; −1: not tested, Lanczos)
 
 
 class KKTList(list):
@@ -106,14 +108,19 @@ def _ncf_stats(model, loss, X, y, u, L):
     N = make_ncf(model, X, y, loss)
     Nf = lambda x: N(unravel(x))
     val, gN = jax.value_and_grad(Nf)(flat)
-    return val, jnp.linalg.norm(gN - L * val * flat) / (jnp.linalg.norm(gN) + 1e-300)
+    gn = jnp.linalg.norm(gN)   # ∇N = 0 (e.g. y ≡ 0): no multiplier to check, nan (not the 0 of 0/1e-300)
+    return val, jnp.where(gn > 0, jnp.linalg.norm(gN - L * val * flat) / jnp.where(gn > 0, gn, 1.0), jnp.nan)
 
 
 @eqx.filter_jit
 def _dense_tangent_eigs(model, loss, X, y, u):
+    """Tangent eigenvalues of ∇²N at u, and ‖J v‖/‖J‖ for each eigenvector v (J = ∂H(X; u)/∂u): a direction
+    that leaves the outputs unchanged to first order."""
     flat, unravel = ravel_pytree(u)
     N = make_ncf(model, X, y, loss)
-    return dense_tangent_eigs(lambda x: N(unravel(x)), flat)
+    ev, V = dense_tangent_eigh(lambda x: N(unravel(x)), flat)
+    J = jax.jacfwd(lambda x: model(unravel(x), X))(flat)
+    return ev, jnp.linalg.norm(J @ V, axis=0) / (jnp.linalg.norm(J, 2) + 1e-300)
 
 
 def _matrix_stats(direction):
@@ -137,12 +144,20 @@ def analyze_kkt(model, X, y, u, loss="square", degree=None, zero_tol: float = 1e
     u = unravel(flat)
     y = jnp.asarray(y, dtype=jnp.float64)
     val, res = map(float, _ncf_stats(model, loss, X, y, u, float(L)))
+    sym = np.zeros(0, dtype=bool)
     if flat.shape[0] <= dense_max:
-        ev, method = np.asarray(_dense_tangent_eigs(model, loss, X, y, u)), "dense"
+        ev, jv = map(np.asarray, _dense_tangent_eigs(model, loss, X, y, u))
+        method = "dense"
+        # continuous symmetry (e.g. W_l → W_l A, W_{l+1} → Aᵀ W_{l+1}, A orthogonal, in deep linear nets): N is
+        # constant on the orbit, so its tangent directions have λ = L N exactly (the constrained second variation
+        # vᵀ∇²N v − L N = 0) and leave H(X; ·) unchanged to first order. They made Δ ≈ 0 (±1e-15) for every KKT point
+        # of deep_linear(width ≥ 2) (user audit, session 49); Δ is taken on their complement.
+        sym = (np.abs(ev - L * val) <= 1e-6 * max(abs(L * val), 1e-300)) & (jv <= 1e-6)
     else:
         N = make_ncf(model, X, y, loss)
         ev, method = tangent_hessian_eigs(lambda x: N(unravel(x)), flat, dense_max=dense_max)
-    tmax = float(ev[-1])
+    rest = ev[~sym] if sym.size else ev
+    tmax = float(rest[-1]) if rest.size else float("nan")
     gap = L * val - tmax
     direction = unravel(flat)
     amax = float(jnp.max(jnp.abs(flat)))
@@ -155,7 +170,8 @@ def analyze_kkt(model, X, y, u, loss="square", degree=None, zero_tol: float = 1e
     return KKTPoint(direction=direction, value=val, gap=float(gap), multiplier=float(L * val),
                     residual=res, tangent_max=tmax, second_order_positive=bool(val > 0 and gap > 1e-8 * max(1.0, abs(L * val))),
                     degree=float(L), fraction=float(fraction), count=int(count), nonzero=nonzero,
-                    n_nonzero=nnz, active_units=active, ranks=ranks, sv_ratio=ratios, method=method)
+                    n_nonzero=nnz, active_units=active, ranks=ranks, sv_ratio=ratios, method=method,
+                    symmetry_dim=int(sym.sum()) if method == "dense" else -1)
 
 
 def _signature(flat):
@@ -170,11 +186,12 @@ def kkt_points(model, X, y, loss="square", starts: int = 64, key=None, params_li
 
     `model`: a flows model (feedforward/two_layer/...; random starts from model.init) or a
     bare callable H(params, X) with `params_like=`. Points are deduplicated up to neuron
-    permutation and sign symmetries (same N and same sorted |u|). Returns a KKTList (best N
+    permutation and sign symmetries (same N and same sorted |u|) and up to continuous symmetries
+    (same N and same outputs H(X; u)). Returns a KKTList (best N
     first); `.info` holds counts of collapsed (N ≤ 0) and unconverged starts."""
     model = as_model(model, params_like)
     require_theory(model, experimental, "kkt_points")
-    check_data(X, y)
+    check_data(X, y, loss)
     if isinstance(starts, bool) or not isinstance(starts, (int, np.integer)) or starts < 1:
         raise FlowError(f"starts={starts!r}: the number of random starts must be an integer >= 1 (default 64).")
     X = jnp.asarray(X, dtype=jnp.float64)
@@ -189,6 +206,10 @@ def kkt_points(model, X, y, loss="square", starts: int = 64, key=None, params_li
     U, n, r, done = map(np.asarray, (U, n, r, done))
     scale = max(np.max(np.abs(n)), 1e-300)
     collapsed = n <= 1e-10 * scale
+    # outputs H(X; u): points on one orbit of a continuous symmetry (deep linear nets: W_l A, Aᵀ W_{l+1}) have the
+    # same outputs but different sorted |u| (deep_linear(2, 3) listed 32 "unique" points of one N: session 49)
+    H = np.asarray(jax.vmap(lambda x: model(unravel(x), X))(jnp.asarray(U)))
+    hscale = max(float(np.max(np.abs(H))), 1e-300)
     groups: list[list[int]] = []
     reps: list[int] = []
     for i in np.argsort(-n):
@@ -196,7 +217,9 @@ def kkt_points(model, X, y, loss="square", starts: int = 64, key=None, params_li
             continue
         si = _signature(U[i])
         for g, j in zip(groups, reps):
-            if abs(n[i] - n[j]) <= dedup_tol * scale and np.max(np.abs(si - _signature(U[j]))) <= np.sqrt(dedup_tol):
+            if abs(n[i] - n[j]) <= dedup_tol * scale and (
+                    np.max(np.abs(si - _signature(U[j]))) <= np.sqrt(dedup_tol)
+                    or np.max(np.abs(H[i] - H[j])) <= np.sqrt(dedup_tol) * hscale):
                 g.append(int(i))
                 break
         else:
@@ -222,10 +245,11 @@ def kkt_from(model, params0, X, y, loss="square", tol: float = 1e-10, max_iter: 
              degree=None, dense_max: int = 800) -> KKTPoint:
     """The KKT point reached by projected ascent (the directional NCF flow) from params0."""
     model = as_model(model)
-    check_data(X, y)
+    check_data(X, y, loss)
     X = jnp.asarray(X, dtype=jnp.float64)
     L = check_degree(model, X) if degree is None else degree
     flat, unravel = ravel_pytree(params0)
     y = jnp.asarray(y, dtype=jnp.float64)
+    require_signal(loss, y)
     U, n, r, done, it = _ascent_jit(model, loss, X, y, flat[None], params0, tol, max_iter)
     return analyze_kkt(model, X, y, unravel(U[0]), loss, degree=L, dense_max=dense_max)

@@ -46,17 +46,28 @@ def lanczos(matvec, v0, m: int, ortho=None):
     return jnp.linalg.eigvalsh(T)
 
 
-def dense_tangent_eigs(f, x):
-    """All eigenvalues of ∇²f(x) restricted to T = x^⊥ (x unit), via a Householder basis."""
+def tangent_basis(x):
+    """(k, k−1) orthonormal basis of T = x^⊥ (x unit), from a Householder reflection."""
     k = x.shape[0]
-    H = jax.hessian(f)(x)
     e1 = jnp.zeros(k).at[0].set(1.0)
     s = jnp.where(x[0] >= 0, 1.0, -1.0)
     h = x + s * e1
     h = h / jnp.linalg.norm(h)
     Q = jnp.eye(k) - 2.0 * jnp.outer(h, h)      # Q e1 = −s x ; columns 2..k span T
-    B = Q[:, 1:]
-    return jnp.linalg.eigvalsh(B.T @ H @ B)
+    return Q[:, 1:]
+
+
+def dense_tangent_eigs(f, x):
+    """All eigenvalues of ∇²f(x) restricted to T = x^⊥ (x unit), via a Householder basis."""
+    B = tangent_basis(x)
+    return jnp.linalg.eigvalsh(B.T @ jax.hessian(f)(x) @ B)
+
+
+def dense_tangent_eigh(f, x):
+    """Eigenvalues and eigenvectors (as (k, k−1) columns in the full space) of ∇²f(x) restricted to T = x^⊥."""
+    B = tangent_basis(x)
+    ev, V = jnp.linalg.eigh(B.T @ jax.hessian(f)(x) @ B)
+    return ev, B @ V
 
 
 def tangent_hessian_eigs(f, x, dense_max: int = 800, m: int = 60, key=None):

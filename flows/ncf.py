@@ -41,6 +41,16 @@ def label_vector(loss, y):
     return -jax.vmap(jax.grad(ell, argnums=0))(jnp.zeros_like(y), y)
 
 
+def require_signal(loss, y):
+    """Raise when e_y ≡ 0 (e.g. y ≡ 0 with the square loss): N ≡ 0, the origin is a global minimum of the flow
+    and every direction is a trivial KKT point, so nothing escapes for any δ or horizon."""
+    import numpy as np
+
+    if not np.any(np.asarray(label_vector(loss, y))):
+        raise FlowError("y: every label gives e_y = −∂ℓ(0, y) = 0, so the NCF N ≡ 0: every direction is a trivial "
+                        "KKT point and the flow never leaves the origin (for any delta or t1); check y / loss.")
+
+
 def make_ncf(model, X, y, loss="square") -> Callable:
     """N(u) = e_yᵀ H(X; u) as a function of the parameter pytree."""
     e = label_vector(loss, y)

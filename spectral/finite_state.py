@@ -34,7 +34,7 @@ from ._errors import SpectralError
 from .hessian import block_matvec, dense_block_matrix, finite_blocks
 from .lanczos import check_lanczos, lanczos_extreme, lanczos_iters
 from .law import law_from_samples
-from .outliers import outlier
+from .outliers import all_outliers
 from .stieltjes import bulk_edge
 
 
@@ -53,6 +53,8 @@ class StateOutlier(eqx.Module):
     theory_exists: bool
     theory_status: str
     setting: Optional[dict] = None
+    theory_all_outliers: Optional[np.ndarray] = None   # every branch's outlier (h·m, extreme first; nan: none)
+    theory_all_cosine2: Optional[np.ndarray] = None    # and its squared cosine (0: none); branch 0 = theory_outlier
 
     @property
     def hard_weight_below_edge(self) -> float:
@@ -154,20 +156,28 @@ def hard_outlier_at_state(problem, X, y, W, a, *, hard=None, k: int = 6, method:
     ridge = float(problem.ridge)
     D = finite_blocks(problem, X, y, a, W)
     ev, hw, edge_c = bottom_spectrum(X, D, ridge, hard, k=k, method=method, key=key, max_iters=max_iters, tol=tol)
-    setting = dict(d=int(d), n=int(n), delta=n / d, m=int(m), hard=list(hard), method=method, ridge=ridge, k=int(k))
+    setting = dict(d=int(d), n=int(n), delta=n / d, m=int(m), hard=list(hard), method=method, ridge=ridge, k=int(k),
+                   train_second_layer=bool(problem.student.train_second_layer),
+                   hessian="W-block (d·m rows; with a trained second layer the a-rows and the W–a cross terms are "
+                           "left out: they move the bottom and hard outliers little, the top a lot)")
     t = dict(theory_outlier=np.nan, theory_cosine2=np.nan, theory_edge=np.nan, theory_margin=np.nan,
              theory_exists=False, theory_status="not computed")
     if theory:
         law = law_from_samples(D, zeta=X[:, list(hard)], source=f"finite-d state d={d} n={n}")
         conv = "finite-n" if "bottom" in law.unbounded else None
         try:
-            o = outlier(law, n / d, "bottom", convention=conv, n=n if conv else None, throw=False)
+            # every branch (a width-m student can have up to h·m outliers; a user audit saw two at a trained-a
+            # Huber state, −0.554 and −0.395 dense, where only branch 0 was reported); branch 0 = `outlier`'s
+            o = all_outliers(law, n / d, "bottom", convention=conv, n=n if conv else None, throw=False)
             e = bulk_edge(law, n / d, "bottom", convention=conv, n=n if conv else None, throw=False)
-            exists = bool(o.exists)
-            t = dict(theory_outlier=float(o.eigenvalue) + ridge if exists else np.nan,
-                     theory_cosine2=float(o.cosine2) if exists else 0.0, theory_edge=float(e.edge) + ridge,
-                     theory_margin=float(o.margin), theory_exists=exists,
-                     theory_status=f"outlier status {int(o.status)}, edge status {int(e.status)}")
+            ex = np.asarray(o.exists, bool)
+            exists = bool(ex[0])
+            t = dict(theory_outlier=float(o.eigenvalue[0]) + ridge if exists else np.nan,
+                     theory_cosine2=float(o.cosine2[0]) if exists else 0.0, theory_edge=float(e.edge) + ridge,
+                     theory_margin=float(o.margin[0]), theory_exists=exists,
+                     theory_status=f"outlier status {int(o.status[0])}, edge status {int(e.status)}",
+                     theory_all_outliers=np.where(ex, np.asarray(o.eigenvalue) + ridge, np.nan),
+                     theory_all_cosine2=np.where(ex, np.asarray(o.cosine2), 0.0))
             setting["convention"] = o.convention
         except SpectralError as exc:  # reported, not raised: the finite-d part stands on its own
             t["theory_status"] = f"failed: {exc}"

@@ -16,6 +16,12 @@ the spectrum is degenerate the k values returned can skip copies. ``ghosts > 0``
 sign of that (e.g. a 10-fold zero eigenvalue returned as 0, 0 and then the next distinct values):
 ``lanczos_extreme`` then warns (concrete results; the status stays SUCCESS, the pairs returned are
 converged eigenpairs).
+
+Breakdown (β_j ≈ 0: the Krylov space is invariant, e.g. a start vector inside an invariant subspace, or
+an operator with few distinct eigenvalues) restarts from a random vector orthogonal to the basis, with
+β_j = 0, so T becomes block diagonal and the search goes on in the complement; convergence is never
+accepted at a breakdown. An operator with a few distinct eigenvalues then gets its copies back (−1, 0, 1
+each ×10: six smallest = six −1's). ``residuals`` are the true ‖Av − θv‖ (k extra matvecs), not the bound.
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ from ._errors import MAX_ITERS, NONFINITE, SUCCESS, check_status
 
 class LanczosResult(eqx.Module):
     """``eigenvalues`` (k,) sorted ascending; ``eigenvectors`` (k, *shape) unit norm;
-    ``residuals`` (k,) = ‖A v − θ v‖ (Ritz bound |β s_j|); ``converged`` (k,);
-    ``iterations`` = matvecs used; ``ghosts`` (duplicated converged Ritz values, 0 expected)."""
+    ``residuals`` (k,) = ‖A v − θ v‖ (computed: k extra matvecs); ``ritz_bounds`` (k,) = |β s_j| (the
+    stopping rule); ``converged`` (k,); ``iterations`` = matvecs used (plus k for the residuals);
+    ``ghosts`` (coinciding converged Ritz values, 0 for a simple spectrum); ``restarts`` = breakdowns
+    (invariant Krylov subspaces) after which the basis went on from a fresh orthogonal vector."""
 
     eigenvalues: jax.Array
     eigenvectors: jax.Array
@@ -41,6 +49,8 @@ class LanczosResult(eqx.Module):
     iterations: jax.Array
     ghosts: jax.Array
     status: jax.Array
+    ritz_bounds: jax.Array = None
+    restarts: jax.Array = None
     which: str = eqx.field(static=True, default="both")
 
 
@@ -115,7 +125,8 @@ def _ritz(alpha, beta, j, K, which, k):
     active = idx < j
     a = jnp.where(active, alpha, 0.0)
     b = jnp.where(idx[:-1] < j - 1, beta[:-1], 0.0)
-    scale = jnp.max(jnp.abs(a)) + 2.0 * jnp.max(jnp.abs(b)) + 1e-300
+    scale = jnp.max(jnp.abs(a)) + 2.0 * jnp.max(jnp.abs(b))
+    scale = jnp.where(scale > 1e-200, scale, 1.0)      # T = 0 (a zero operator): unit scale, not a denormal shift
     sentinel = 4.0 * scale + 1.0
     a = jnp.where(active, a, sentinel)
     kb = k if which == "smallest" else (0 if which == "largest" else (k + 1) // 2)
@@ -148,15 +159,23 @@ def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e
     K = lanczos_iters(n, k, max_iters)
     if which not in ("smallest", "largest", "both"):
         raise ValueError(f"which must be 'smallest', 'largest' or 'both'; got {which!r}.")
-    if not 1 <= k <= K:
-        raise ValueError(f"k must be in 1..max_iters={K}; got {k}.")
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k}: at most the operator's dimension {n} eigenpairs exist.")
+    if not k <= K:
+        raise ValueError(f"k={k} > max_iters={K}: the Krylov basis must hold at least k vectors; raise max_iters.")
     mv = lambda q: matvec(q.reshape(shape)).reshape(-1)
     q0 = jax.random.normal(key, (n,)) if v0 is None else jnp.asarray(v0).reshape(-1)
+    eps = float(jnp.finfo(q0.dtype).eps)
+    if tol < 10 * eps:
+        raise ValueError(f"tol={tol:g} is below what {q0.dtype} vectors resolve (10·eps = {10 * eps:.2g}): the basis "
+                         "is orthonormal only to ~eps, and the Ritz bound then understates the true residual "
+                         f"(float32, tol 1e-10: bound 1.7e-11, true 7.2e-7). Pass tol >= {10 * eps:.2g} or float64 v0.")
     q0 = q0 / jnp.linalg.norm(q0)
-    out = _lanczos_loop(mv, q0, K, k, which, tol, int(check_every))
-    theta, vecs, res, conv, its, ghosts, status = out
+    out = _lanczos_loop(mv, q0, K, k, which, tol, int(check_every), key=jax.random.fold_in(key, 1))
+    theta, vecs, res, bound, conv, its, ghosts, status, restarts = out
     res_ = LanczosResult(eigenvalues=theta, eigenvectors=vecs.reshape((k,) + shape), residuals=res,
-                         converged=conv, iterations=its, ghosts=ghosts, status=status, which=which)
+                         converged=conv, iterations=its, ghosts=ghosts, status=status, ritz_bounds=bound,
+                         restarts=restarts, which=which)
     check_lanczos(status, tol, K, throw)
     _warn_if_degenerate(ghosts, k)
     return res_
@@ -210,20 +229,27 @@ def _cgs(Q, w, j):
     return jax.lax.fori_loop(0, nb, sub, w)
 
 
-def _lanczos_loop(mv, q0, K, k, which, tol, check_every=1):
+def _lanczos_loop(mv, q0, K, k, which, tol, check_every=1, key=None):
     n = q0.shape[0]
     dtype = q0.dtype
     Kp = -(-(K + 1) // ROW_BLOCK) * ROW_BLOCK  # rows padded to whole blocks (extra rows stay 0)
     Q = jnp.zeros((Kp, n), dtype).at[0].set(q0)
     alpha = jnp.zeros(K, dtype)
     beta = jnp.zeros(K, dtype)
+    key = jax.random.key(0) if key is None else key
 
     def cond(st):
-        Q, alpha, beta, j, done = st
+        Q, alpha, beta, j, done, restarts = st
         return (j < K) & ~done
 
+    def fresh(Q, j):
+        # a random unit vector orthogonal to rows 0..j: the next Krylov block starts there
+        r = jax.random.normal(jax.random.fold_in(key, j), (n,), dtype)
+        r = _cgs(Q, _cgs(Q, r, j), j)
+        return r / jnp.linalg.norm(r)
+
     def body(st):
-        Q, alpha, beta, j, done = st
+        Q, alpha, beta, j, done, restarts = st
         q = Q[j]
         w = mv(q)
         a = jnp.vdot(q, w)
@@ -231,36 +257,46 @@ def _lanczos_loop(mv, q0, K, k, which, tol, check_every=1):
         w = _cgs(Q, w, j)
         w = _cgs(Q, w, j)
         b = jnp.linalg.norm(w)
-        alpha = alpha.at[j].set(a)
-        beta = beta.at[j].set(b)
-        Q = Q.at[j + 1].set(w / jnp.where(b > 0, b, 1.0))
         jn = j + 1
-        scale = jnp.max(jnp.abs(jnp.where(jnp.arange(K) < jn, alpha, 0.0))) + jnp.max(beta)
+        alpha = alpha.at[j].set(a)
+        scale = jnp.max(jnp.abs(jnp.where(jnp.arange(K) < jn, alpha, 0.0))) + jnp.maximum(jnp.max(beta), b)
+        # breakdown: span(Q_0..j) is invariant. Its Ritz pairs are exact, but eigenvalues outside it (a start
+        # vector in an invariant subspace, or a multiple eigenvalue's other copies) are not in the Krylov space:
+        # restart from a fresh orthogonal vector with β_j = 0 (T decouples) instead of stopping (user audit,
+        # session 49: v0 = e1 on diag(1..20) returned 0, 0, 1 with status SUCCESS; v0 = e1 + e2 returned −861)
+        breakdown = b <= 1e-14 * scale
+        b = jnp.where(breakdown, 0.0, b)
+        beta = beta.at[j].set(b)
+        nxt = jax.lax.cond(breakdown & (jn < n), lambda _: fresh(Q, j), lambda _: w / jnp.where(b > 0, b, 1.0), None)
+        Q = Q.at[jn].set(nxt)
 
         def check(_):
             theta, S, on = _ritz(alpha, beta, jn, K, which, k)
-            resid = jnp.abs(b * S[jn - 1])             # ‖A y − θ y‖ = |β_j s_{j,i}|
+            resid = jnp.abs(b * S[jn - 1])             # ‖A y − θ y‖ = |β_j s_{j,i}| (earlier blocks: β = 0)
             return (jn >= k) & jnp.all(on) & jnp.all(resid <= tol * scale)
 
         due = (jn % check_every == 0) | (jn == K)
-        conv = jax.lax.cond(due, check, lambda _: jnp.asarray(False), None)
-        breakdown = b <= 1e-14 * scale                 # invariant subspace: Ritz pairs exact
-        return Q, alpha, beta, jn, conv | (breakdown & (jn >= k)) | ~jnp.isfinite(b)
+        # never accept at a breakdown (the wanted pairs of the exhausted block are trivially exact)
+        conv = jax.lax.cond(due & ~breakdown, check, lambda _: jnp.asarray(False), None)
+        return Q, alpha, beta, jn, conv | ~jnp.isfinite(b), restarts + (breakdown & (jn < n)).astype(jnp.int32)
 
-    Q, alpha, beta, j, done = jax.lax.while_loop(cond, body, (Q, alpha, beta, jnp.asarray(0), jnp.asarray(False)))
+    Q, alpha, beta, j, done, restarts = jax.lax.while_loop(
+        cond, body, (Q, alpha, beta, jnp.asarray(0), jnp.asarray(False), jnp.asarray(0, jnp.int32)))
     theta, S, on = _ritz(alpha, beta, j, K, which, k)
     scale = jnp.max(jnp.abs(jnp.where(jnp.arange(K) < j, alpha, 0.0))) + jnp.max(beta)
-    resid = jnp.abs(beta[j - 1] * S[j - 1])
-    conv = on & (resid <= tol * scale)
+    bound = jnp.abs(beta[j - 1] * S[j - 1])
+    conv = on & (bound <= tol * scale)
     vecs = S.T @ Q[:K]                                 # Ritz vectors Q_j s_i (S rows ≥ j are 0)
     vecs = vecs / jnp.linalg.norm(vecs, axis=1, keepdims=True)
     order = jnp.argsort(theta)
-    theta, vecs, resid, conv = theta[order], vecs[order], resid[order], conv[order]
+    theta, vecs, bound, conv = theta[order], vecs[order], bound[order], conv[order]
+    # the true residuals ‖A v − θ v‖ (k more matvecs): the bound assumes an orthonormal basis
+    resid = jax.lax.map(lambda tv: jnp.linalg.norm(mv(tv[1]) - tv[0] * tv[1]), (theta, vecs))
     gap = jnp.abs(theta[1:] - theta[:-1]) <= jnp.maximum(tol * scale, 1e-12 * scale)
     ghosts = jnp.sum(gap & conv[1:] & conv[:-1])
     finite = jnp.all(jnp.isfinite(theta))
     status = jnp.where(~finite, NONFINITE, jnp.where(jnp.all(conv), SUCCESS, MAX_ITERS))
-    return theta, vecs, resid, conv, j, ghosts, status
+    return theta, vecs, resid, bound, conv, j, ghosts, status, restarts
 
 
 def subspace_overlap(vectors, basis):

@@ -3,7 +3,7 @@
     S(λ) = ( E[ D (I + S D/δ)^{-1} ] − λ I )^{-1}                      (THEORY §2, "Bulk")
 
 ``S(λ) = lim (1/d) Σ_a [(H − λ)^{-1}]_{aa} ∈ C^{m×m}`` for ``H = (1/n) Σ x_i x_iᵀ ⊗ D_i``;
-density ``ρ(λ) = −(1/π) Im tr S(λ + i0) / m``.
+density ``ρ(λ) = +(1/π) Im tr S(λ + i0) / m`` (S = ∫ μ(dx)/(x − z): Im S > 0 above the axis).
 
 Notation used in the code (all from the equation above):
     K_i = (I + S D_i/δ)^{-1},   B_i = D_i K_i  (symmetric when S, D_i are),
@@ -143,7 +143,7 @@ def _solve_at(law, lam, delta, S0, tol, max_steps, damping, solver, branch_ok, p
 
 class StieltjesResult(eqx.Module):
     """Solution of the block Stieltjes equation at ``z = λ + iε`` (arrays broadcast over the
-    λ/δ grid). ``density = −Im tr S / (π m)``. ``status``: 0 = converged on the physical
+    λ/δ grid). ``density = +Im tr S / (π m)``. ``status``: 0 = converged on the physical
     branch (see ``spectral.message``). ``setting`` records law source and solver."""
 
     S: jax.Array

@@ -144,6 +144,10 @@ def test_hard_outlier_at_state_dense_lanczos_and_interlacing():
     assert np.all((dense.hard_weight >= 0) & (dense.hard_weight <= 1 + 1e-12))
     assert dense.setting["delta"] == pytest.approx(5.0) and "theory_status" not in dense.setting
     assert dense.theory_status.startswith("outlier status")
+    # every branch is reported (m = 2: two); branch 0 is the scalar field
+    assert dense.theory_all_outliers.shape == (2,)
+    assert np.isnan(dense.theory_outlier) or dense.theory_all_outliers[0] == dense.theory_outlier
+    assert dense.setting["train_second_layer"] is False and dense.setting["hessian"].startswith("W-block")
 
 
 def test_hard_outlier_at_state_lanczos_compiles_once_per_shape():
@@ -177,3 +181,35 @@ def test_degenerate_spectrum_warns():
         r = spectral.lanczos_extreme(lambda v: H @ v, 30, 4, jax.random.key(1), which="smallest", throw=False)
     assert int(r.ghosts) > 0
     assert abs(float(r.eigenvalues[0])) < 1e-8
+
+
+def test_lanczos_breakdown_restarts_instead_of_stopping():
+    """User audit (session 49): a start vector inside an invariant subspace broke down (β = 0) and the
+    loop stopped: diag(1..20) with v0 = e1 returned 0, 0, 1 (status SUCCESS, residuals 0; 0 is no eigenvalue),
+    v0 = e1 + e2 returned −861, −568, −379; an operator with three distinct eigenvalues (each ×10) returned
+    [−1, −1, 0, 0, 1, 1] as its six smallest. A breakdown now restarts from a fresh orthogonal vector."""
+    A = jnp.diag(jnp.arange(1.0, 21.0))
+    for v0 in (jnp.eye(20)[0], jnp.eye(20)[0] + jnp.eye(20)[1]):
+        r = spectral.lanczos_extreme(lambda v: A @ v, 20, 3, jax.random.key(0), which="smallest", v0=v0)
+        np.testing.assert_allclose(r.eigenvalues, [1.0, 2.0, 3.0], atol=1e-12)
+        assert int(r.restarts) >= 1 and float(jnp.max(r.residuals)) < 1e-12   # true residuals ‖Av − θv‖
+    Qm, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((30, 30)))
+    B = jnp.asarray(Qm @ np.diag(np.repeat([-1.0, 0.0, 1.0], 10)) @ Qm.T)
+    with pytest.warns(RuntimeWarning, match="multiple"):       # six true copies coincide: still warned
+        r = spectral.lanczos_extreme(lambda v: B @ v, 30, 6, jax.random.key(0), which="smallest")
+    np.testing.assert_allclose(r.eigenvalues, -np.ones(6), atol=1e-12)
+    r0 = spectral.lanczos_extreme(lambda v: 0.0 * v, 10, 2, jax.random.key(0), which="smallest")   # T ≡ 0
+    assert int(r0.status) == spectral.SUCCESS and np.all(np.asarray(r0.eigenvalues) == 0.0)
+
+
+def test_lanczos_float32_tolerance_and_k_are_checked():
+    """float32 vectors keep the basis orthonormal only to ~eps: with tol 1e-10 the Ritz bound said 1.7e-11
+    where the true residual was 7.2e-7 (audit). Now refused before the run; k > dim names the dimension."""
+    Qm, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((60, 60)))
+    A = jnp.asarray(Qm @ np.diag(np.linspace(-1, 5, 60)) @ Qm.T, dtype=jnp.float32)
+    with pytest.raises(ValueError, match="tol=1e-10 is below what float32"):
+        spectral.lanczos_extreme(lambda v: A @ v, 60, 3, jax.random.key(0), v0=jnp.ones(60, jnp.float32))
+    r = spectral.lanczos_extreme(lambda v: A @ v, 60, 3, jax.random.key(0), which="smallest", tol=1e-5)
+    np.testing.assert_allclose(r.eigenvalues, np.linspace(-1, 5, 60)[:3], atol=1e-5)
+    with pytest.raises(ValueError, match="operator's dimension 3"):
+        spectral.lanczos_extreme(lambda v: v, 3, 5, jax.random.key(0))

@@ -69,6 +69,11 @@ def test_fifty_percent_point():
     root, se = fifty_percent_point(np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.25, 0.75]), seeds=8)
     assert root == pytest.approx(2.5)
     assert se == pytest.approx(np.sqrt(0.25 / 8) / 0.5)
+    from dmft.success import no_bracket_reason
+    g = np.array([2.0, 3.0, 4.0])
+    assert np.isnan(fifty_percent_point(g, np.array([0.5, 0.25, 0.0]), seeds=8)[0])
+    assert "at or below it (extend --grid downward)" in no_bracket_reason(g, np.array([0.5, 0.25, 0.0]))
+    assert "extend --grid upward" in no_bracket_reason(g, np.array([0.0, 0.25, 0.375]))
     M = jnp.array([[0.6, 0.8]])
     assert float(hard_cosine(M, jnp.eye(2), (0,))) == pytest.approx(1.0 / np.sqrt(2.0))
 
@@ -344,7 +349,7 @@ def test_cli_simulate_json_is_strict(tmp_path):
     out = tmp_path / "s.json"
     r = runner.invoke(app, ["simulate", "--steps", "20", "--grid", "2,4", "--d", "50", "--seeds", "2", "--json", str(out)])
     assert r.exit_code == 0, r.output
-    assert "does not bracket 50% success" in r.output
+    assert "no 50% point: success stays below 0.5 up to the largest δ = 4" in r.output
     text = out.read_text()
     assert "NaN" not in text
     payload = json.loads(text)
