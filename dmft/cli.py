@@ -503,7 +503,7 @@ def simulate_cmd(
     with typer.progressbar(dims, label="GD success curves") as bar:
         for dim in bar:
             try:
-                results[dim] = success_curve(problem, dim, g, lr=lr, steps=steps, seeds=seeds, key=jax.random.key(seed + dim))
+                results[dim] = success_curve(problem, dim, g, lr=lr, steps=steps, seeds=seeds, key=jax.random.fold_in(jax.random.key(seed), dim))
             except ValueError as exc:
                 typer.echo(f"\nerror: {exc}", err=True)
                 raise typer.Exit(2)
@@ -533,7 +533,9 @@ def simulate_cmd(
         payload["setting"] = dict(command="deltann simulate", target=target, activation=activation, width=width, loss=loss,
                                   init_scale=init_scale, train_second_layer=train_second_layer, power=power, ridge=ridge,
                                   lr=lr, steps=steps, grid=g, d=dims, seeds=seeds, seed=seed,
-                                  keys="jax.random.key(seed + d) per d, fold_in(., i) per grid point, fold_in(., s) per seed",
+                                  keys=("fold_in(jax.random.key(seed), d) per d, fold_in(., i) per grid point, fold_in(., s) per seed "
+                                        "(before session 49: key(seed + d), which made --seed 0 --d 40 and --seed 10 "
+                                        "--d 30 share their data)"),
                                   success="hard-subspace cosine > 0.5 at the last step", dtype="float32 (dmft.success_curve)")
         payload["provenance"] = software()        # next to the per-d entries (keys: d as a string)
         json_out.write_text(strict_json(payload))

@@ -574,19 +574,81 @@ def warn_if_response_jumps(problem: Problem, where: str, fix: str) -> float:
     return v
 
 
-def _callable_name(f) -> Optional[str]:
-    """A readable record of a user callable: ``module.qualname`` and, for lambdas, their source line."""
+def _value_record(v, depth: int = 0, module: bool = True) -> str:
+    """A short, JSON-friendly record of a value a callable closes over (numbers exactly, small arrays in full,
+    larger ones by shape and a hash, callables by :func:`_callable_name`)."""
+    import hashlib
+
+    if callable(v) and not isinstance(v, type):
+        return _callable_name(v, depth + 1, module) if depth < 3 else getattr(v, "__qualname__", type(v).__name__)
+    if isinstance(v, (bool, int, float, complex, str, type(None))):
+        return repr(v)
+    try:
+        a = np.asarray(v)
+        if a.dtype.kind in "biufc":
+            if a.size <= 16:
+                return repr(a.tolist())
+            return f"array{a.shape}:{hashlib.sha256(a.tobytes()).hexdigest()[:12]}"
+    except Exception:   # traced or not an array
+        pass
+    if isinstance(v, (tuple, list)) and len(v) <= 16:
+        return "[" + ", ".join(_value_record(x, depth + 1, module) for x in v) + "]"
+    return f"<{type(v).__name__}>"
+
+
+def _code_digest(code) -> str:
+    """sha256 of a code object's bytecode, names and constants (nested code objects by their own digest, not
+    by their repr, which holds a memory address: the same in every process)."""
+    import hashlib
+    import types
+
+    consts = tuple(_code_digest(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts)
+    return hashlib.sha256(code.co_code + repr((consts, code.co_names)).encode()).hexdigest()
+
+
+def _callable_name(f, depth: int = 0, module: bool = True) -> Optional[str]:
+    """A record of a user callable that tells different callables apart: ``module.qualname``, a lambda's
+    source line, and what the source does not show — default arguments, closure variables, a partial's
+    arguments — plus a hash of the bytecode. (A user audit, session 49, found ``huber_loss(0.5)`` and
+    ``huber_loss(2.0)``, ``relu_power(2)`` and ``relu_power(3)``, and two partials of one function recorded
+    identically while their results differed.) ``module=False`` leaves module names out (a script run as
+    ``__main__`` and the same module imported elsewhere then match: dmft.sweep's manifest)."""
     if f is None:
         return None
+    import functools
     import inspect
 
-    name = f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', type(f).__name__)}"
+    if isinstance(f, functools.partial):
+        args = ", ".join([_value_record(a, depth, module) for a in f.args] +
+                         [f"{k}={_value_record(v, depth, module)}" for k, v in sorted(f.keywords.items())])
+        return f"partial({_callable_name(f.func, depth + 1, module)}, {args})"
+    name = getattr(f, "__qualname__", type(f).__name__)
+    if module:
+        name = f"{getattr(f, '__module__', '?')}.{name}"
     if "<lambda>" in name:
         try:
             name += ": " + inspect.getsource(f).strip()[:200]
         except (OSError, TypeError):
             pass
-    return name
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return name
+    extra = []
+    if getattr(f, "__defaults__", None):
+        extra.append("defaults=(" + ", ".join(_value_record(v, depth, module) for v in f.__defaults__) + ")")
+    if getattr(f, "__kwdefaults__", None):
+        extra.append("kwdefaults={" + ", ".join(f"{k}={_value_record(v, depth, module)}"
+                                                for k, v in sorted(f.__kwdefaults__.items())) + "}")
+    if getattr(f, "__closure__", None):
+        cells = []
+        for n, c in zip(code.co_freevars, f.__closure__):
+            try:
+                cells.append(f"{n}={_value_record(c.cell_contents, depth, module)}")
+            except ValueError:  # empty cell
+                cells.append(f"{n}=<empty>")
+        extra.append("closure={" + ", ".join(cells) + "}")
+    extra.append(f"code={_code_digest(code)[:12]}")
+    return name + " [" + "; ".join(extra) + "]"
 
 
 def describe_problem(problem: Problem) -> dict:

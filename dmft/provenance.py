@@ -5,6 +5,24 @@ command and every benchmark (``benchmarks/runner.py`` adds the run's mode and wo
 from __future__ import annotations
 
 
+def git_state() -> dict:
+    """``deltann_commit`` and ``deltann_dirty`` when the package runs from a git checkout (None otherwise): the
+    version string alone cannot tell uncommitted code from the commit it sits on (user audit, session 49)."""
+    import pathlib
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return dict(deltann_commit=None, deltann_dirty=None)
+    try:
+        run = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10,
+                                        check=True).stdout.strip()
+        return dict(deltann_commit=run("rev-parse", "HEAD"),
+                    deltann_dirty=bool(run("status", "--porcelain", "--untracked-files=no")))
+    except (OSError, subprocess.SubprocessError):
+        return dict(deltann_commit=None, deltann_dirty=None)
+
+
 def software() -> dict:
     """Date, deltann / JAX / jaxlib / Python versions, device, CPU count, float64, ``XLA_FLAGS`` and what
     ``dmft/xla_flags.py`` and ``dmft/threefry_cpu.py`` did (they change compile time, not the numbers: the
@@ -25,7 +43,7 @@ def software() -> dict:
             return None
 
     dev = jax.devices()
-    return dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    return dict(**git_state(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 deltann=version("deltann"), jax=jax.__version__, jaxlib=version("jaxlib"),
                 python=platform.python_version(), platform=dev[0].platform, device=str(dev[0].device_kind),
                 device_count=len(dev), machine=platform.machine(), cpu_count=os.cpu_count(),

@@ -44,16 +44,22 @@ import optimistix as optx
 
 from .problem import Problem, ProblemError, Tracer
 from .prox import make_prox, per_sample_maps
-from .solve import MIN_PATHS, _antithetic_inputs, _group_mean
+from .solve import MIN_PATHS, _antithetic_inputs, _group_mean, _problem_setting
 
 # status codes (diffrax/optimistix style: a code plus a message, never a silent number)
 RESIDUAL_TOL = 1e-7  # max |residual| of (S3)-(S5) accepted as converged (least-squares solver)
 PROX_TOL = 1e-8  # relative residual of r + V g(r) = b
 PROX_BAD_FRACTION = 1e-3  # fraction of samples allowed above PROX_TOL at convergence
-CONVERGED, MAX_ITERS, NOT_POSITIVE, DIVERGED, PROX_FAILED, NONFINITE = 0, 1, 2, 3, 4, 5
+CONVERGED, MAX_ITERS, NOT_POSITIVE, DIVERGED, PROX_FAILED, NONFINITE, STALLED, RUNAWAY = 0, 1, 2, 3, 4, 5, 6, 7
 STATUS_MESSAGES = {
     CONVERGED: "converged",
     MAX_ITERS: "no convergence within max_iters (oscillating or slow: try more iterations or smaller damping)",
+    STALLED: ("the least-squares solver stopped before max_iters with the residual above RESIDUAL_TOL (its own step "
+              "test: a local minimum of the residual norm or a flat valley); more iterations do not help: try "
+              "start=Warmup(...), more paths, another key, or solver='iterate'"),
+    RUNAWAY: ("V grew past 1e6 and the interpolation test (ridge 0, every D ⪰ 0, δ·E[rank D] ≤ m) does not explain "
+              "it: the solver ran away (solver='iterate': reduce damping; least-squares: start=Warmup(...)), or, with "
+              "a D that is not PSD, GD interpolates in a way the test cannot see (compare with the dynamic DMFT)"),
     NOT_POSITIVE: ("λI + Γ is not positive definite: no stationary point that forgets the initialization "
                    "(flat directions / interpolation, or a saddle of the first phase); use the dynamic DMFT"),
     DIVERGED: ("the effective step V diverges: GD interpolates (flat directions, roughly δ below the "
@@ -256,14 +262,21 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
         # below the interpolation point without ridge there is no fixed point: with every D_i ⪰ 0,
         # tr(δ V Γ) = δ E[tr(V D (I + V D)^{-1})] < δ E[rank D] for V ≻ 0, so (S3) (δ V Γ = I at λ = 0)
         # needs δ E[rank D] > m; the solver then only stalls (V grows), and this names why
-        Dend = _sym(hess_r(y, r, state["a"]))
-        evD = jnp.linalg.eigvalsh(Dend)
-        big = jnp.max(jnp.abs(evD)) + 1e-300
-        rank = jnp.sum(jnp.abs(evD) > 1e-10 * big, axis=-1)
-        psd = jnp.all(evD >= -1e-10 * big)
-        capacity = delta * jnp.mean(rank.astype(dt))
-        code = jnp.where((code != CONVERGED) & (code != NONFINITE) & (lam == 0) & psd & (capacity <= m * (1 + 1e-12)),
-                         DIVERGED, code)
+        def interpolates(r_, a_):
+            evD = jnp.linalg.eigvalsh(_sym(hess_r(y, r_, a_)))
+            big = jnp.max(jnp.abs(evD)) + 1e-300
+            rank = jnp.sum(jnp.abs(evD) > 1e-10 * big, axis=-1)
+            psd = jnp.all(evD >= -1e-10 * big)
+            return (lam == 0) & psd & (delta * jnp.mean(rank.astype(dt)) <= m * (1 + 1e-12))
+
+        # the test holds at the final state and at the start: a run-away state saturates the readout, D → 0 on many
+        # samples and the final-state rank alone then reads as interpolation (tanh, δ = 3, damping 1: audit)
+        r0 = z @ s0["M"] + xi @ _chol(s0["Q"]).T
+        interp = interpolates(r, state["a"]) & interpolates(r0, s0["a"])
+        code = jnp.where((code != CONVERGED) & (code != NONFINITE) & interp, DIVERGED, code)
+        # V > 1e6 that the interpolation test does not explain: the solver ran away (a user audit found the damped
+        # iteration at damping 1 labelled "GD interpolates" at δ = 3, tanh, where GD's train error is 0.027)
+        code = jnp.where((code == DIVERGED) & ~interp, RUNAWAY, code)
         r_fresh = z @ state["M"] + xi_fresh @ _chol(state["Q"]).T
         # Monte Carlo s.e. from the antithetic-group means (the Nb groups are independent)
         lt = loss_v(y, r, state["a"]).reshape(G, Nb).mean(0)
@@ -293,10 +306,13 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
         pmin = jnp.min(jnp.linalg.eigvalsh(_sym(P)))
         res = jnp.max(jnp.stack(jax.tree.leaves(resid)))
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(st_)]))
+        # LM ends by its own step test long before max_iters (audit: OLS δ = 1.01 stopped at 55 of 200 and of 2000
+        # iterations at V = 14.5 of 100); "more iterations" is then the wrong advice
+        stopped = jnp.where(sol.stats["num_steps"] < max_iters, STALLED, MAX_ITERS)
         code = jnp.where(~finite, NONFINITE,
                          jnp.where(jnp.max(jnp.abs(st_["V"])) > 1e6, DIVERGED,
                                    jnp.where(ev["pres"] > PROX_BAD_FRACTION, PROX_FAILED,
-                                             jnp.where(res > RESIDUAL_TOL, MAX_ITERS,
+                                             jnp.where(res > RESIDUAL_TOL, stopped,
                                                        jnp.where(pmin > 0, CONVERGED, NOT_POSITIVE)))))
         chi = _sym(jnp.linalg.inv(P))
         return finish(st_, code, sol.stats["num_steps"], res, ev["pres"], ev["minJ"], chi, ev["Gam"])
@@ -417,6 +433,7 @@ def stationary(problem: Problem, delta, *, paths: int = 8192, key=None, start=No
     _validate(problem, delta, paths, damping, max_iters, 2 ** len(hard), response, solver)
     jump = _jump_check(problem, response, "dmft.stationary")
     key = jax.random.key(0) if key is None else key
+    start_rec = _start_record(start)
     if start is None:
         start = default_start(problem, delta)
     elif isinstance(start, Warmup):
@@ -425,7 +442,8 @@ def stationary(problem: Problem, delta, *, paths: int = 8192, key=None, start=No
                            jnp.asarray(tol, float), int(paths), hard, int(max_iters), int(newton_steps), response, bool(restart), solver)
     res = eqx.tree_at(lambda s: s.setting, res, dict(delta=_f(delta), paths=int(paths), damping=_f(damping), tol=float(tol),
                                                      max_iters=int(max_iters), newton_steps=int(newton_steps), response=response,
-                                                     restart=bool(restart), solver=solver, ridge=_f(problem.ridge), response_jump=jump,
+                                                     restart=bool(restart), solver=solver, response_jump=jump, start=start_rec,
+                                                     **_problem_setting(problem, key),
                                                      equations="THEORY §2 long time, (S1)-(S5) of dmft/stationary.py"),
                       is_leaf=lambda x: x is None)
     if throw and not isinstance(res.status, Tracer) and not bool(np.all(np.asarray(res.status) == CONVERGED)):
@@ -443,6 +461,7 @@ def stationary_sweep(problem: Problem, deltas, *, paths: int = 8192, key=None, s
     _validate(problem, deltas, paths, damping, max_iters, 2 ** len(hard), response, solver)
     jump = _jump_check(problem, response, "dmft.stationary_sweep")
     key = jax.random.key(0) if key is None else key
+    start_rec = _start_record(start)
     if start is None:
         start = jax.vmap(lambda d: default_start(problem, d))(deltas)
     elif isinstance(start, Warmup):
@@ -454,9 +473,20 @@ def stationary_sweep(problem: Problem, deltas, *, paths: int = 8192, key=None, s
     return eqx.tree_at(lambda s: s.setting, res, dict(deltas=np.asarray(deltas).tolist(), paths=int(paths),
                                                       damping=_f(damping), tol=float(tol), max_iters=int(max_iters),
                                                       newton_steps=int(newton_steps), response=response,
-                                                      restart=bool(restart), solver=solver, ridge=_f(problem.ridge),
-                                                      response_jump=jump),
+                                                      restart=bool(restart), solver=solver, response_jump=jump,
+                                                      start=start_rec, **_problem_setting(problem, key)),
                        is_leaf=lambda x: x is None)
+
+
+def _start_record(start) -> object:
+    """How the fixed point was started (it can change which one is found): 'default' (Q_0, V = 0, M^0, a^0), the
+    Warmup's parameters, or 'user dict'."""
+    if start is None:
+        return "default_start (Q = Q_0, V = 0, M = M^0, a = a^0)"
+    if isinstance(start, Warmup):
+        return dict(warmup=dict(lr=_f(start.lr), steps=int(start.steps), paths=int(start.paths),
+                                key="fold_in(key, 7)"))
+    return "user dict"
 
 
 def _jump_check(problem, response, where):

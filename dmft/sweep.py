@@ -217,7 +217,7 @@ def _load_point(d, i, specs):
     """Leaves of point ``i``, or ``None`` (with a warning) if the file does not fit."""
     path = _point_path(d, i)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:   # fh closed even if np.load fails
             if int(z["__index__"]) != i:
                 raise ValueError(f"holds point {int(z['__index__'])}")
             leaves = [np.array(z[f"leaf_{j}"]) for j in range(len(specs))]
@@ -238,8 +238,31 @@ def _fn_name(fn):
     return getattr(f, "__qualname__", None) or type(f).__qualname__
 
 
-def _jsonable(x):
-    return json.loads(json.dumps(x))
+def _fn_record(fn):
+    """What tells two sweep functions apart beyond their name: a partial's arguments, defaults, closure
+    values and a hash of the bytecode (module names left out). Two lambdas, or two partials of one function,
+    used to resume from each other's points silently (user audit, session 49)."""
+    from .problem import _callable_name
+
+    return _callable_name(fn, module=False)
+
+
+def _jsonable(x, what="meta"):
+    def plain(o):
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        raise TypeError(f"{type(o).__name__} {o!r}")
+
+    try:
+        return json.loads(json.dumps(x, default=plain))
+    except (TypeError, ValueError) as e:
+        raise SweepError(f"{what} must be JSON-able (numbers, strings, lists, dicts; numpy scalars and arrays are "
+                         f"converted): {e}") from None
+
+
+RUNTIME_FIELDS = ("runtime",)      # recorded, compared with a warning only (they change rounding, not the sweep)
 
 
 def _prepare_dir(d, manifest, overwrite, nproc):
@@ -251,12 +274,23 @@ def _prepare_dir(d, manifest, overwrite, nproc):
                 old = json.load(f)
             except json.JSONDecodeError as e:
                 raise SweepError(f"{path} is not valid JSON ({e}); use a new checkpoint_dir or overwrite=True.") from e
-        if old != manifest and not overwrite:
-            diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
+        diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
+        soft = [k for k in diff if k in RUNTIME_FIELDS or (k == "fn_record" and k not in old)]
+        hard = [k for k in diff if k not in soft]
+        if hard and not overwrite:
             raise SweepError(
-                f"checkpoint_dir {d!r} holds a different sweep (manifest fields differ: {', '.join(diff)}). "
+                f"checkpoint_dir {d!r} holds a different sweep (manifest fields differ: {', '.join(hard)}). "
                 "Use a new checkpoint_dir for this sweep, or pass overwrite=True to discard the old points."
             )
+        if soft and not overwrite:
+            warnings.warn(f"dmft.sweep: resuming {d!r} with a different {', '.join(soft)} (old: "
+                          f"{ {k: old.get(k) for k in soft} }); points computed under the two may differ by rounding "
+                          "(bit-identity needs the same chunk, versions and XLA flags).")
+    elif not overwrite and any(_POINT_RE.match(name) for name in os.listdir(d)):
+        # point files carry no fingerprint of their sweep: without the manifest they cannot be matched (audit:
+        # a different function loaded all 6 foreign points)
+        raise SweepError(f"checkpoint_dir {d!r} holds point files but no manifest.json, so they cannot be matched to "
+                         "this sweep. Use a new checkpoint_dir, or pass overwrite=True to discard them.")
     if overwrite:
         if nproc > 1:
             raise SweepError("overwrite=True is not supported with several processes; clear checkpoint_dir first.")
@@ -373,6 +407,10 @@ def run(
         if key_by not in cols or cols[key_by].dtype.kind not in "iu":
             raise SweepError(f"key_by={key_by!r} must name an integer grid column (have {list(cols)}).")
         keyvals = cols[key_by]
+        if keyvals.min() < 0 or keyvals.max() >= 2**32:
+            # fold_in takes a uint32: −1 and 2³² − 1 (or 0 and 2³²) would share their randomness
+            raise SweepError(f"key_by={key_by!r}: its values must lie in [0, 2**32) (fold_in data is uint32); got "
+                             f"[{keyvals.min()}, {keyvals.max()}].")
     else:
         keyvals = np.arange(n, dtype=np.int64)
     treedef, out_paths, specs = _output_specs(fn, cols, key)
@@ -392,13 +430,15 @@ def run(
     if checkpoint_dir is not None:
         checkpoint_dir = os.fspath(checkpoint_dir)
         manifest = _jsonable(dict(
-            format=FORMAT, version=VERSION, fn=_fn_name(fn), mode=mode, shape=list(shape),
+            format=FORMAT, version=VERSION, fn=_fn_name(fn), fn_record=_fn_record(fn), mode=mode, shape=list(shape),
             grid={k: dict(dtype=v.dtype.str, values=v.tolist()) for k, v in cols.items()},
             key=None if key is None else dict(
                 impl=str(jax.random.key_impl(key)), data=np.asarray(jax.random.key_data(key)).tolist(), key_by=key_by),
             outputs=[dict(path=pth, shape=list(s), dtype=dt) for pth, (s, dt) in zip(out_paths, specs)],
-            meta=meta,
-        ))
+            meta=_jsonable(meta),
+            runtime=dict(chunk=int(chunk), jax=jax.__version__, x64=bool(jax.config.jax_enable_x64),
+                         xla_flags=os.environ.get("XLA_FLAGS", "")),
+        ), "the manifest")
         _prepare_dir(checkpoint_dir, manifest, overwrite, nproc)
         for i in own:
             if os.path.exists(_point_path(checkpoint_dir, i)):

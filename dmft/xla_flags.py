@@ -56,6 +56,16 @@ def fast_cpu_compile(environ=None, jaxlib_version: str | None = None, backends_s
     if env.get(OPT_OUT_ENV, "1") == "0":
         return "opted out"
     flags = env.get("XLA_FLAGS", "")
+    bare = [t for t in flags.split() if not t.startswith("--")]
+    if bare:
+        # XLA stops parsing at a token without "--" and silently ignores every flag after it (user audit, session
+        # 49: "... intra_op_parallelism_threads=1 --xla_force_host_platform_device_count=4" gave 1 device), so an
+        # appended flag would be recorded as "added" but never applied
+        import warnings
+
+        warnings.warn(f"XLA_FLAGS holds {bare[0]!r} without a leading '--': XLA ignores every flag after it "
+                      f"(XLA_FLAGS={flags!r}). Remove it or write it as a '--' flag.", RuntimeWarning, stacklevel=2)
+        return f"not added: XLA_FLAGS token {bare[0]!r} has no leading '--' (XLA ignores the flags after it)"
     if FLAG_NAME in flags:
         # added by an earlier call in this process (``import dmft``, then an entry point): still "added"
         return "added" if environ is None and _ADDED_HERE else "set by the user"

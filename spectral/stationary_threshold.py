@@ -40,7 +40,7 @@ import numpy as np
 from ._errors import NO_OUTLIER, SUCCESS, SpectralError, message
 from .law import law_from_problem
 from .outliers import outlier
-from .thresholds import _criterion, _root_on_grid, negative_level, padded_grid
+from .thresholds import _criterion, _key_record, _root_on_grid, negative_level, padded_grid, require_hard
 
 
 FALLBACK_DAMPING = 0.3
@@ -62,14 +62,15 @@ class StationaryThreshold:
 
 
 def _accepted(st, ridge, residual_tol):
-    from dmft.stationary import CONVERGED, MAX_ITERS, PROX_BAD_FRACTION, STATUS_MESSAGES
+    from dmft.stationary import CONVERGED, MAX_ITERS, PROX_BAD_FRACTION, STALLED, STATUS_MESSAGES
 
     status = np.atleast_1d(np.asarray(st.status))
     res = np.atleast_1d(np.asarray(st.residual))
     pres = np.atleast_1d(np.asarray(st.prox_residual))
     gam = np.asarray(st.gamma).reshape((-1,) + np.asarray(st.gamma).shape[-2:])
     pd = np.linalg.eigvalsh(gam + ridge * np.eye(gam.shape[-1]))[:, 0] > 0
-    ok = (status == CONVERGED) | ((status == MAX_ITERS) & (res < residual_tol) & (pres <= PROX_BAD_FRACTION) & pd)
+    ok = (status == CONVERGED) | (((status == MAX_ITERS) | (status == STALLED)) & (res < residual_tol)
+                                  & (pres <= PROX_BAD_FRACTION) & pd)
     return ok, [STATUS_MESSAGES[int(c)] for c in status]
 
 
@@ -84,9 +85,8 @@ def margins_at_stationary(problem, grid, *, paths: int, key, warmup, max_iters: 
     import dmft
 
     grid = np.asarray(grid, float)
+    require_hard(problem, "margins_at_stationary")
     hard = problem.teacher.hard_coordinates()
-    if not hard:
-        raise SpectralError("the teacher has no hard coordinates (even coordinates of the link): no hard outlier to look for.")
     n = len(grid)
     run = padded_grid(grid, pad_to)
     start = warmup.run_sweep(problem, jnp.asarray(run), key)
@@ -142,6 +142,8 @@ def delta_nn_stationary(problem, *, grid, paths: int, key, warmup, repeats: int 
         raise SpectralError("grid needs at least two δ values, all > 0.")
     if repeats < 2:
         raise SpectralError("repeats must be >= 2 (the Monte Carlo s.e. of δ_NN comes from independent keys).")
+    from dmft.problem import describe_problem
+
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
     # one δ batch for the coarse and the fine sweeps: one compilation of the warm-up and of the
     # fixed-point program (the shorter sweep repeats its last δ)
@@ -153,7 +155,10 @@ def delta_nn_stationary(problem, *, grid, paths: int, key, warmup, repeats: int 
     setting = dict(grid=grid.tolist(), paths=int(paths), repeats=int(repeats), refine=int(refine), max_iters=int(max_iters),
                    residual_tol=float(residual_tol), level=negative_level(problem, level), fallback_iters=int(fallback_iters),
                    warmup=dict(lr=float(warmup.lr), steps=int(warmup.steps), paths=int(warmup.paths)),
-                   route="stationary DMFT (THEORY §2 long time) + outlier equation on its law")
+                   route="stationary DMFT (THEORY §2 long time) + outlier equation on its law",
+                   key=_key_record(key), repeat_keys="fold_in(key, r), r = 0 .. repeats-1 (r = 0: the coarse sweep)",
+                   ridge=float(np.asarray(problem.ridge)), ridge_second=float(np.asarray(problem.ridge_second)),
+                   problem=describe_problem(problem))
     crit = _criterion(problem, level)
     if not np.isfinite(lo):
         m = coarse["margin"]

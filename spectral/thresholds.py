@@ -201,6 +201,24 @@ def padded_grid(grid, pad_to: Optional[int]):
     return grid if pad_to is None or pad_to <= n else np.concatenate([grid, np.full(pad_to - n, grid[-1])])
 
 
+def require_hard(problem, where: str):
+    """The outlier criterion needs hard teacher coordinates: checked before any DMFT solve (a user audit saw the
+    whole sweep run, then an internal 'outlier needs the hard coordinates' message)."""
+    if not tuple(problem.teacher.hard_coordinates()):
+        raise SpectralError(f"{where}: the teacher has no hard coordinates (no direction the first phase leaves "
+                            "unlearned: declare Teacher(hard=(...)) or use a link that is even in some coordinate), so "
+                            "there is no hard-direction outlier and no threshold.")
+
+
+def _key_record(key):
+    try:
+        return np.asarray(jax.random.key_data(key)).tolist()
+    except Exception:  # traced or a raw uint32 key
+        from dmft.problem import Tracer
+
+        return None if isinstance(key, Tracer) else np.asarray(key).tolist()
+
+
 def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
                  side="bottom", level="auto", pad_to: Optional[int] = None,
                  min_cosine2: Optional[float] = None) -> MarginCurve:
@@ -217,7 +235,10 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
 
     if convention not in ("strict", "finite-n"):
         raise SpectralError(f"convention must be 'strict' or 'finite-n'; got {convention!r}.")
+    require_hard(problem, "margin_curve")
     times = tuple(int(t) for t in times)
+    if any(t < 0 or t > int(steps) for t in times):
+        raise SpectralError(f"times={list(times)}: each time must lie in 0..steps={int(steps)} (GD steps of the run).")
     deltas = np.asarray(deltas, dtype=float)
     n = len(deltas)
     run = padded_grid(deltas, pad_to)
@@ -389,7 +410,21 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
             raise SpectralError(f"{name} must be an integer >= {lo_}; got {v!r} (defaults: refine=6, repeats=2).")
     if convention == "finite-n" and (d is None or isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1):
         raise SpectralError(f"convention='finite-n' needs the dimension d as a positive integer (n = δ·d); got d={d!r}.")
+    require_hard(problem, "delta_star")
     times = tuple(sorted(int(t) for t in times))
+    if any(t < 0 or t > int(steps) for t in times):
+        raise SpectralError(f"times={list(times)}: each time must lie in 0..steps={int(steps)} (GD steps of the run).")
+    from dmft.problem import describe_problem
+
+    # the full setting, on every path (the no-bracket result had setting={}); key and problem make it rerunnable
+    setting = dict(grid=grid.tolist(), lr=float(np.asarray(lr).mean()), lr_schedule=np.asarray(lr).tolist(),
+                   steps=int(steps), times=list(times), paths=int(paths), repeats=int(repeats), refine=int(refine),
+                   convention=convention, d=d, stationarity_tol=stationarity_tol, level=negative_level(problem, level),
+                   criterion=_criterion(problem, level, min_cosine2), min_cosine2=min_cosine2,
+                   outlier_solver=outlier_solver_defaults(), key=_key_record(key),
+                   repeat_keys="fold_in(key, r), r = 0 .. repeats-1 (r = 0 also runs the coarse sweep)",
+                   ridge=float(np.asarray(problem.ridge)), ridge_second=float(np.asarray(problem.ridge_second)),
+                   problem=describe_problem(problem))
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
     # one δ batch size for the coarse and the fine sweeps: one compilation of the DMFT program
     # (the shorter sweeps repeat their last δ: at most |len(grid) − refine| extra solves per sweep)
@@ -415,7 +450,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
                                delta_star_stderr=np.full(len(times), np.nan), per_repeat=np.full((repeats, len(times)), np.nan),
                                bracket=brackets, delta_nn=None, delta_nn_stderr=None, status="no-bracket",
                                message=f"the δ grid never brackets the threshold: {hint}{window_note}.",
-                               convention=convention, coarse=coarse, setting={},
+                               convention=convention, coarse=coarse, setting=setting,
                                diagnostics=dict(wall_s=time.perf_counter() - t0, **window))
     fine = refine_grid(brackets[ok], refine)
     lo, hi = float(fine[0]), float(fine[-1])
@@ -485,17 +520,19 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
         dnn, dnn_se, status = float(ds[-1]), float(se[-1]), "converged"
         msg = (f"δ_NN ≈ δ*(t={times[-1]}) = {ds[-1]:.4g} ± {se[-1]:.2g}: train error changed {tr_change:.2%} and δ*(t) "
                f"{ds_change:.2%} over the last half of the horizon" + lost_note)
+    elif len(late) < 2:
+        # the trend test needs two times in the last half (audit: times=(5, 10) with steps=40 said "δ*(t) changed
+        # inf%" and advised more steps)
+        dnn, dnn_se, status = None, None, "not-converged"
+        msg = (f"δ_NN not assessed: the stationarity test compares δ*(t) at two or more times in the last half of the "
+               f"run (t ≥ {half}), and times={list(times)} has {len(late)}; add times near steps={steps}" + lost_note)
     else:
         dnn, dnn_se, status = None, None, "not-converged"
         msg = (f"first phase not converged within {steps} steps (train error changed {tr_change:.2%}, δ*(t) changed "
                f"{ds_change:.2%} over the last half; tolerance {stationarity_tol:.0%}): δ*(t) is reported as a curve, "
                "δ_NN is not; increase steps/lr" + lost_note)
     msg += window_note
-    setting = dict(grid=grid.tolist(), refine_grid=fine.tolist(), lr=float(np.asarray(lr).mean()), steps=int(steps),
-                   times=list(times), paths=int(paths), repeats=int(repeats), convention=convention, d=d,
-                   stationarity_tol=stationarity_tol, level=negative_level(problem, level),
-                   criterion=_criterion(problem, level, min_cosine2), min_cosine2=min_cosine2,
-                   outlier_solver=outlier_solver_defaults())
+    setting["refine_grid"] = fine.tolist()
     diag = dict(train_error_change_last_half=tr_change, delta_star_change_last_half=ds_change,
                 period_two_oscillation=osc.tolist(), oscillation_alternation=osc_alt.tolist(),
                 oscillation_amplitude=osc_amp.tolist(),

@@ -120,3 +120,23 @@ def test_prox_implicit_derivative_matches_finite_differences(case):
     fd = (prox(b + h * tb, V + h * tV, a + h * ta, b) - prox(b - h * tb, V - h * tV, a - h * ta, b)) / (2 * h)
     # central differences of a Newton solve converged to ~1e-12: error O(h²) + O(1e-12/h)
     np.testing.assert_allclose(np.asarray(jv), np.asarray(fd), rtol=1e-5, atol=1e-6)
+
+
+def test_stall_and_runaway_are_named_and_settings_rerunnable():
+    """Session 49 user audit. (a) OLS at δ = 1.01 (V = 100 exact): Levenberg–Marquardt ends by its own step test at
+    V ≈ 14.5 after ~55 iterations whatever max_iters is, and was reported as MAX_ITERS ("try more iterations"):
+    now STALLED. (b) The damped iteration at damping 1 blows up for a tanh student at δ = 3 (GD's train error
+    0.027: no interpolation) and was labelled DIVERGED ("GD interpolates"): now RUNAWAY; OLS at δ = 0.5 stays
+    DIVERGED. (c) The setting records the key, the start and the problem."""
+    from dmft.stationary import DIVERGED, RUNAWAY, STALLED, Warmup
+
+    st = stationary(linear_problem(), 1.01, paths=2048, max_iters=200)
+    assert int(st.status) == STALLED and int(st.iterations) < 200 and "more iterations do not help" in st.message()
+    tanh = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: jnp.tanh(2 * z[0]) + 0.3 * e[0], k=1, noise_dim=1),
+                        student=dmft.TwoLayer(activation=jnp.tanh, width=1, second_layer=jnp.ones(1)))
+    run = stationary(tanh, 3.0, paths=4096, max_iters=500, solver="iterate", damping=1.0)
+    assert int(run.status) == RUNAWAY, run.message()
+    assert int(stationary(linear_problem(), 0.5, paths=2048, max_iters=200).status) == DIVERGED
+    s = stationary(linear_problem(), 3.0, paths=1024, key=jax.random.key(5), start=Warmup(lr=0.2, steps=5, paths=1024)).setting
+    assert s["key"] == [0, 5] and s["start"]["warmup"]["steps"] == 5 and s["ridge_second"] == 0.0
+    assert s["problem"]["width"] == 1 and "code=" in s["problem"]["activation"]

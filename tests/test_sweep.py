@@ -331,3 +331,61 @@ def test_two_process_jax_distributed(tmp_path):
     for i in range(2):
         with np.load(tmp_path / f"mh{i}.npz") as z:
             _assert_tree_equal({k: z[k] for k in z.files}, ref.values)
+
+
+def test_checkpoint_identity_of_fn_keys_and_orphans(tmp_path):
+    """Session 49 user audit: two lambdas, or two partials of one function, resumed from each other's points
+    (loaded 6, computed 0: the old values); point files without a manifest were loaded for any sweep;
+    key_by = −1 and 2³² − 1 shared their randomness (uint32 wrap). All refused now; a different chunk warns."""
+    import functools
+    import shutil
+
+    G = {"delta": np.linspace(0.5, 3.0, 4)}
+    d = str(tmp_path / "lam")
+    sweep.run(lambda p: {"v": p["delta"] * 1.0}, G, checkpoint_dir=d)
+    with pytest.raises(sweep.SweepError, match="fn_record"):
+        sweep.run(lambda p: {"v": p["delta"] * 2.0}, G, checkpoint_dir=d)
+
+    def g(p, scale):
+        return {"v": scale * p["delta"]}
+
+    d = str(tmp_path / "partial")
+    sweep.run(functools.partial(g, scale=1.0), G, checkpoint_dir=d)
+    with pytest.raises(sweep.SweepError, match="fn_record"):
+        sweep.run(functools.partial(g, scale=2.0), G, checkpoint_dir=d)
+    with pytest.warns(UserWarning, match="different runtime"):
+        r = sweep.run(functools.partial(g, scale=1.0), G, checkpoint_dir=d, chunk=2)
+    assert len(r.loaded) == 4
+    os.unlink(os.path.join(d, "manifest.json"))
+    with pytest.raises(sweep.SweepError, match="no manifest.json"):
+        sweep.run(functools.partial(g, scale=1.0), G, checkpoint_dir=d)
+    shutil.rmtree(d)
+    grid = sweep.points(delta=[1.0, 1.0], seed=[-1, 2**32 - 1])
+    with pytest.raises(sweep.SweepError, match=r"\[0, 2\*\*32\)"):
+        sweep.run(lambda p, k: {"v": jax.random.normal(k)}, grid, key=jax.random.key(0), key_by="seed")
+    r = sweep.run(lambda p: {"v": p["delta"]}, G, checkpoint_dir=str(tmp_path / "np"), meta={"paths": np.int64(100)})
+    assert r.values["v"].shape == (4,)
+
+
+def test_callable_records_tell_parameters_apart():
+    """``setting["problem"]`` recorded huber_loss(0.5) and huber_loss(2.0) (train errors 0.40 vs 0.96), and
+    relu_power(2) and relu_power(3), identically: closure values, defaults and partial arguments are recorded
+    now, with a bytecode hash that is the same in every process."""
+    import functools
+
+    from dmft.activations import relu_power
+    from dmft.problem import _callable_name
+
+    assert _callable_name(dmft.huber_loss(0.5)) != _callable_name(dmft.huber_loss(2.0))
+    assert "width=0.5" in _callable_name(dmft.huber_loss(0.5))
+    assert "p=3.0" in _callable_name(relu_power(3.0))
+
+    def scaled(r, c=1.0):
+        return jnp.tanh(c * r)
+
+    assert _callable_name(functools.partial(scaled, c=3.0)).endswith("c=3.0)")
+    fs = [lambda r, c=c: jnp.tanh(c * r) for c in (1.0, 3.0)]
+    assert _callable_name(fs[0]) != _callable_name(fs[1])
+    out = subprocess.run([sys.executable, "-c", "import dmft; from dmft.problem import _callable_name; "
+                          "print(_callable_name(dmft.huber_loss(0.5)))"], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == _callable_name(dmft.huber_loss(0.5)), out.stderr[-1000:]

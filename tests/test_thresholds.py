@@ -51,8 +51,8 @@ def test_delta_star_reports_a_window(monkeypatch):
                               unstable_fraction=np.zeros(len(x)))
 
     monkeypatch.setattr(th, "margin_curve", fake)
-    from types import SimpleNamespace
-    pb = SimpleNamespace(ridge=0.5)
+    pb = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),   # only ridge is read
+                      student=dmft.TwoLayer(activation=jnp.square, width=1, second_layer=jnp.ones(1)), ridge=0.5)
     res = delta_star(pb, grid=[1.0, 2.0, 4.0, 6.0, 8.0, 10.0], lr=0.5, steps=8, times=(4, 8), paths=16,
                      key=jax.random.key(0), convention="strict", refine=5, repeats=2, level="auto")
     assert res.status == "converged" and res.delta_nn == pytest.approx(3.0, abs=0.2)
@@ -109,7 +109,8 @@ def test_delta_star_pipeline_and_initial_time():
     assert np.all(np.isfinite(res.delta_star))
     assert np.all((res.delta_star >= 2.0) & (res.delta_star <= 16.0))
     if res.status == "not-converged":
-        assert res.delta_nn is None and "not converged" in res.message
+        # t = 4 is the only time in the last half: the trend cannot be tested, and the message says so
+        assert res.delta_nn is None and "δ_NN not assessed" in res.message and "add times near steps=4" in res.message
     # local-stability diagnostics of the sweeps (η·λ_max(D)/δ > 2 on some paths), said in the message when > 0
     cu, fu = np.asarray(res.diagnostics["coarse_unstable_fraction"]), np.asarray(res.diagnostics["fine_unstable_fraction"])
     assert cu.shape == (4,) and fu.shape == (2, 4) and np.all((cu >= 0) & (cu <= 1)) and np.all((fu >= 0) & (fu <= 1))
@@ -347,7 +348,7 @@ def test_cli_simulate_json_is_strict(tmp_path):
     """``deltann simulate``: a grid that never reaches 50% success gives null (not NaN, which is not JSON) and
     says so; the JSON carries the software provenance next to the per-d entries."""
     out = tmp_path / "s.json"
-    r = runner.invoke(app, ["simulate", "--steps", "20", "--grid", "2,4", "--d", "50", "--seeds", "2", "--json", str(out)])
+    r = runner.invoke(app, ["simulate", "--steps", "5", "--grid", "2,4", "--d", "50", "--seeds", "2", "--json", str(out)])
     assert r.exit_code == 0, r.output
     assert "no 50% point: success stays below 0.5 up to the largest δ = 4" in r.output
     text = out.read_text()
@@ -356,6 +357,10 @@ def test_cli_simulate_json_is_strict(tmp_path):
     assert payload["50"]["delta_50"] is None and payload["50"]["delta_50_stderr"] is None
     assert payload["50"]["success"] == [0.0, 0.0]
     assert payload["provenance"]["jax"] == jax.__version__ and payload["provenance"]["x64"] is True
+    # the code's identity (session 49): the commit and whether tracked files differ from it, in a git checkout
+    commit = payload["provenance"]["deltann_commit"]
+    assert commit is None or (len(commit) == 40 and isinstance(payload["provenance"]["deltann_dirty"], bool))
+    assert "fold_in(jax.random.key(seed), d)" in payload["setting"]["keys"]     # no key(seed + d) collisions
 
 
 def test_strict_json_writes_null_for_non_finite_numbers():
@@ -435,3 +440,21 @@ def test_cli_refuses_kinked_activations_for_the_dmft(monkeypatch):
     monkeypatch.setattr(th, "delta_star", stub)
     r = runner.invoke(app, ["delta-nn", "--activation", "relu", "--allow-kinks"])
     assert r.exit_code == 3 and "reached the DMFT" in r.output, r.output
+
+
+def test_delta_star_setting_and_input_checks():
+    """Session 49 user audit: a no-bracket δ*(t) returned setting={} and no result recorded its key or problem;
+    a teacher without hard directions ran the whole sweep before failing with an internal message; times short of
+    the run's last half said "δ*(t) changed inf%". Now: full setting on every path, checks before any solve."""
+    P = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] ** 2, k=1, noise_dim=0),
+                     student=dmft.TwoLayer(activation=jnp.square, width=1, second_layer=jnp.ones(1)),
+                     init=dmft.Init(q0=jnp.eye(1), overlap=jnp.zeros((1, 1))))
+    kw = dict(lr=0.05, steps=4, paths=512, key=jax.random.key(3), convention="finite-n", d=100)
+    r = delta_star(P, grid=[40.0, 50.0], times=(2, 4), **kw)
+    assert r.status == "no-bracket" and r.setting["key"] == [0, 3] and r.setting["problem"]["width"] == 1
+    easy = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] + 0.5 * z[1], k=2, noise_dim=0),
+                        student=dmft.TwoLayer(activation=jnp.tanh, width=1, second_layer=jnp.ones(1)))
+    with pytest.raises(spectral.SpectralError, match="no hard coordinates"):
+        delta_star(easy, grid=[1.0, 2.0], times=(4,), **kw)
+    with pytest.raises(spectral.SpectralError, match=r"0\.\.steps=4"):
+        delta_star(P, grid=[1.0, 2.0], times=(2, 8), **kw)

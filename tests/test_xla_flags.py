@@ -26,6 +26,11 @@ def test_added_only_where_safe():
                          ({}, dict(ok, backends_started=True), "backends already started")):
         assert fast_cpu_compile(env, **kw) == why
         assert "XLA_FLAGS" not in env
+    # a token without "--" makes XLA ignore every later flag: not appended (it would be recorded, never applied)
+    bad = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+    with pytest.warns(RuntimeWarning, match="without a leading '--'"):
+        assert fast_cpu_compile(bad, **ok).startswith("not added")
+    assert FLAG_NAME not in bad["XLA_FLAGS"]
 
 
 def test_session_runs_with_the_flag_and_jax_accepts_it():
