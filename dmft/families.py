@@ -36,10 +36,28 @@ def _param(x):
     return jnp.asarray(x, dtype=float)
 
 
+def _concrete(x):
+    """``x`` as a numpy array, or None under a trace (parameters are traced when thresholds are differentiated)."""
+    try:
+        return np.asarray(x, float)
+    except Exception:
+        return None
+
+
+def _positive(name, cls, x):
+    v = _concrete(x)
+    if v is not None and not np.all(np.isfinite(v) & (v > 0)):
+        raise ValueError(f"{cls}: {name} must be finite and > 0 (got {v.tolist()}); "
+                         f"{name} = 0 divides by zero and {name} < 0 gives a different (reflected) function.")
+
+
 class SoftplusT(eqx.Module):
-    """``softplus(β r)/β``."""
+    """``softplus(β r)/β`` (β > 0: β = 0 gave inf everywhere, β < 0 the reflected −softplus(−|β| r)/|β|)."""
 
     beta: Array = eqx.field(converter=_param)
+
+    def __check_init__(self):
+        _positive("beta", "SoftplusT", self.beta)
 
     def __call__(self, r):
         return jax.nn.softplus(self.beta * r) / self.beta
@@ -67,6 +85,10 @@ class Hermite(eqx.Module):
     """``Σ_k c_k He_k(r)`` with ``He_0 = 1, He_1 = r, He_{k+1} = r He_k − k He_{k−1}``."""
 
     coeffs: Array = eqx.field(converter=_param)
+
+    def __check_init__(self):
+        if self.coeffs.ndim != 1 or self.coeffs.shape[0] < 1:
+            raise ValueError(f"Hermite: coeffs must be a 1-d array (c_0, c_1, ...); got shape {self.coeffs.shape}.")
 
     def __call__(self, r):
         c = self.coeffs
@@ -111,6 +133,17 @@ class Combination(eqx.Module):
     basis: tuple = eqx.field(static=True, default=DEFAULT_BASIS)
     normalize: bool = eqx.field(static=True, default=False)
 
+    def __check_init__(self):
+        # zip() silently dropped extra coefficients and padded missing ones with nothing (a user audit ran a
+        # design with a 5th coefficient whose gradient was exactly 0 and that stayed in the "designed" result)
+        if self.coeffs.shape != (len(self.basis),):
+            raise ValueError(f"Combination: coeffs must have one entry per basis function ({len(self.basis)}: "
+                             f"{[getattr(f, '__name__', type(f).__name__) for f in self.basis]}); got shape "
+                             f"{self.coeffs.shape}.")
+        c = _concrete(self.coeffs)
+        if self.normalize and c is not None and not np.any(c != 0):
+            raise ValueError("Combination(normalize=True): all coefficients are 0, so the Gaussian norm is 0 (NaN).")
+
     def _raw(self, r):
         out = jnp.zeros_like(r)
         for c, phi in zip(self.coeffs, self.basis):
@@ -128,6 +161,9 @@ class SmoothReLUPower(eqx.Module):
 
     p: Array = eqx.field(converter=_param)
     beta: Array = eqx.field(converter=_param)
+
+    def __check_init__(self):
+        _positive("beta", "SmoothReLUPower", self.beta)
 
     def __call__(self, r):
         return (jax.nn.softplus(self.beta * r) / self.beta) ** self.p

@@ -31,11 +31,18 @@ from .threshold_gradient import ThresholdGradientError, threshold_gradient
 @dataclasses.dataclass
 class DesignResult:
     params: Any                 # final accepted parameters
-    delta_nn: float             # mean over keys of the per-key threshold there
+    delta_nn: float             # mean over keys of the per-key threshold there (in-sample: the design keys)
     history: list               # per iteration: params, delta_nn, gradient, accepted/backtracks, wall
-    status: str                 # "max-steps" | "stalled" | "converged"
+    status: str                 # "max-steps" | "stalled" | "converged" | "no-dependence"
     message: str
     setting: dict
+    best_step: int = 0          # the accepted iterate with the lowest δ_NN (Adam can step over a sharp minimum:
+                                # the last iterate is not always the best; a user audit saw 1.289 then 1.298)
+
+    @property
+    def best(self) -> dict:
+        """The history entry of the best accepted iterate (params, delta_nn, delta_nn_stderr, per_key, ...)."""
+        return self.history[self.best_step]
 
 
 def _to_list(p):
@@ -58,6 +65,8 @@ def design(family: Callable, params, *, trainable, delta0: float, keys, paths: i
     missing = [k for k in trainable if k not in params]
     if missing:
         raise ValueError(f"trainable names {missing} are not keys of params ({sorted(params)}).")
+    if not tuple(trainable):
+        raise ValueError("trainable is empty: name at least one key of params to optimize.")
     keys = list(keys)
     if not keys:
         raise ValueError("keys: give at least one PRNG key (several: the per-key gradient is noisy).")
@@ -86,8 +95,15 @@ def design(family: Callable, params, *, trainable, delta0: float, keys, paths: i
     hist = [record(0, 0)]
     say(f"step 0: δ_NN = {dnn:.5f}")
     status, msg = "max-steps", f"{steps} steps done"
+    flat = [n for n in trainable if not np.any(np.asarray(grad[n]) != 0.0)]
     for it in range(1, steps + 1):
         gnorm = float(np.sqrt(sum(float(jnp.sum(v**2)) for v in grad.values())))
+        if it == 1 and len(flat) == len(tuple(trainable)):
+            # an exactly zero gradient at the start: the threshold does not depend on these parameters on this
+            # route (e.g. init_scale on the stationary route), not a converged design (audit: reported "converged")
+            status, msg = "no-dependence", (f"the gradient is exactly 0 for every trainable {flat} at the start: the "
+                                            "threshold does not depend on them on this route; nothing to design")
+            break
         if gnorm < grad_tol:
             status, msg = "converged", f"gradient norm {gnorm:.1e} < grad_tol {grad_tol:.0e}"
             break
@@ -117,5 +133,15 @@ def design(family: Callable, params, *, trainable, delta0: float, keys, paths: i
                    "user-supplied optax transformation (its hyperparameters are not introspectable: record them with the result)",
                    warmup=None if warmup is None else dict(lr=float(warmup.lr), steps=int(warmup.steps), paths=int(warmup.paths)),
                    threshold_options={k: v for k, v in (threshold_options or {}).items()},
-                   objective="mean over keys of the per-key δ_NN of the stationary route (spectral.threshold_gradient)")
-    return DesignResult(params=params, delta_nn=dnn, history=hist, status=status, message=msg, setting=setting)
+                   objective="mean over keys of the per-key δ_NN of the stationary route (spectral.threshold_gradient)",
+                   family=getattr(family, "__qualname__", type(family).__name__),
+                   key_data=[np.asarray(jax.random.key_data(k)).tolist() for k in keys], delta0=float(delta0),
+                   constant_trainables=flat)
+    best = int(np.argmin([h["delta_nn"] for h in hist]))
+    if flat and status != "no-dependence":
+        msg += f"; the gradient was exactly 0 for {flat} at the start (no dependence on this route)"
+    if best != len(hist) - 1:
+        msg += (f"; the best iterate is step {best} (δ_NN {hist[best]['delta_nn']:.5f}, result.best), not the last "
+                f"({dnn:.5f})")
+    return DesignResult(params=params, delta_nn=dnn, history=hist, status=status, message=msg, setting=setting,
+                        best_step=best)

@@ -122,3 +122,40 @@ def test_design_cli_rejects_bad_input_before_solving():
                       (["--ridge", "0"], "--ridge"), (["--paths", "30"], "--paths")):
         res = runner.invoke(app, ["design"] + args)
         assert res.exit_code == 2 and msg in res.output, (args, res.output)
+
+
+def test_design_wiring_families_and_best_iterate(monkeypatch):
+    """Session 49 user audit. Combination silently dropped a 5th coefficient (zip), SoftplusT(β = 0) gave inf and
+    β < 0 a reflected function, normalize with c = 0 gave NaN: all refused. design(): an empty trainable or a
+    parameter the threshold does not depend on (gradient exactly 0: init_scale on the stationary route) was
+    "converged" → refused / "no-dependence"; the result was the last iterate though Adam can step over a sharp
+    minimum (1.289 then 1.298) → `best_step`. A synthetic threshold replaces threshold_gradient (wiring only)."""
+    import importlib
+    import types
+
+    sd = importlib.import_module("spectral.design")    # the module (spectral.design is also the function)
+
+    for bad in (lambda: fam.Combination([0.0, 1.0, 0.0, 0.0, 5.0]), lambda: fam.SoftplusT(0.0),
+                lambda: fam.SoftplusT(-1.0), lambda: fam.Combination([0.0] * 4, normalize=True),
+                lambda: fam.Hermite(1.0)):
+        with pytest.raises(ValueError):
+            bad()
+
+    def fake(family, p, *, delta0, key, warmup, start, **kw):     # δ(c) = 1 + (c − 0.3)², flat in "s"
+        c = float(p["c"])
+        return types.SimpleNamespace(delta_nn=1.0 + (c - 0.3) ** 2, state=None,
+                                     gradient=dict(c=jnp.asarray(2 * (c - 0.3)), s=jnp.asarray(0.0)))
+
+    monkeypatch.setattr(sd, "threshold_gradient", fake)
+    kw = dict(delta0=1.0, keys=[jax.random.key(0), jax.random.key(1)], paths=256, warmup=None)
+    with pytest.raises(ValueError, match="trainable is empty"):
+        sd.design(None, dict(c=0.0), trainable=(), **kw)
+    flat = sd.design(None, dict(c=0.0, s=1.0), trainable=("s",), **kw)
+    assert flat.status == "no-dependence" and len(flat.history) == 1
+    import optax
+
+    r = sd.design(None, dict(c=0.0, s=1.0), trainable=("c",), steps=6, optimizer=optax.sgd(1.05), **kw)
+    d = [h["delta_nn"] for h in r.history]     # c − 0.3 = −0.3 · (−1.1)^k: every step overshoots further
+    assert r.best_step == 0 == int(np.argmin(d)) and r.best["delta_nn"] == min(d) < d[-1]
+    assert "the best iterate is step 0" in r.message
+    assert r.setting["key_data"] == [[0, 0], [0, 1]] and r.setting["family"] == "NoneType"
