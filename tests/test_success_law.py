@@ -115,3 +115,38 @@ def test_success_laws_per_time_and_the_reasons_for_none():
         spectral.success_laws([a, _result(1000, [4.5], [0.05], [25.0], times=(10,))])
     with pytest.raises(SpectralError, match="two or more"):
         spectral.success_laws([a])
+
+
+def test_audit_session49_degenerate_laws_are_flagged():
+    """Session 49 user audit. Equal finite-n thresholds gave a slope of rounding size (4e-16) and a step-function
+    "law" → refused; a slope within 2 s.e. of 0 (0.0029 ± 0.051) gave a 10–90 % width with no caveat → flagged
+    (`significant`, `setting["caveat"]`). matrix_model(replace=False) on a weighted (stratified) law drew 15.2
+    tail samples per draw against the law's 8.0 → refused. finite_n_edge_law on a bounded law declared unbounded
+    gave sd 1.5e-16 with adequate=True → not adequate; a Gaussian tail (D = −|g|, Gumbel sd half the dense one)
+    → `gumbel_linear` False with a note."""
+    import jax
+    import jax.numpy as jnp
+
+    with pytest.raises(spectral.SpectralError, match="does not rise"):
+        spectral.finite_n_success_law([250, 500, 1000], [4.2] * 3, [0.05] * 3)
+    weak = spectral.finite_n_success_law([250, 1000], [4.000, 4.004], [0.05, 0.05])
+    assert not weak.significant and "within 2 s.e." in weak.setting["caveat"]
+    lo, hi = weak.prob_success_bounds(4.1, 500)
+    assert lo < weak.prob_success(4.1, 500) < hi
+    strong = spectral.finite_n_success_law([250, 1000], [4.0, 4.4], [0.05, 0.05])
+    assert strong.significant and "caveat" not in strong.setting
+    g = np.random.default_rng(0).standard_normal(1 << 16)
+    w = np.where(np.arange(g.size) < 200, 0.01 / 200, 0.99 / (g.size - 200))
+    law_w = spectral.law_from_samples(jnp.asarray(-np.abs(g))[:, None, None], zeta=jnp.asarray(g), weights=jnp.asarray(w),
+                                      unbounded=("bottom",))
+    with pytest.raises(spectral.SpectralError, match="uniform weights"):
+        spectral.matrix_model(law_w, 3.0, 100, draws=1, key=jax.random.key(0), replace=False)
+    bounded = spectral.law_from_samples(jnp.asarray(1 - 0.5 * np.minimum(g**2, 4.0))[:, None, None], unbounded=("bottom",))
+    L = spectral.finite_n_edge_law(bounded, 3.0, "bottom", n=1200)
+    assert not L.adequate and any("point mass" in s for s in L.setting["notes"])
+    g = np.random.default_rng(0).standard_normal(1 << 18)    # ≥ 100 tail samples per level: linearity is tested
+    gauss = spectral.law_from_samples(jnp.asarray(-np.abs(g))[:, None, None], unbounded=("bottom",))
+    G = spectral.finite_n_edge_law(gauss, 3.0, "bottom", n=1200)
+    assert not G.gumbel_linear and any("not linear" in s for s in G.setting["notes"])   # misfit 0.11 sd
+    quad = spectral.law_from_samples(jnp.asarray(1 - 0.5 * g**2)[:, None, None], unbounded=("bottom",))
+    assert spectral.finite_n_edge_law(quad, 3.0, "bottom", n=1200).gumbel_linear   # the design law: 0.035 sd
