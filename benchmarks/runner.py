@@ -1,7 +1,7 @@
 """Benchmark runner: ``python -m benchmarks run [--quick|--full] [--only NAME] [--outdir DIR]``.
 
 Three sizes (``MODES``): ``quick`` (~13 min for the whole suite on a 2-core CPU with two worker
-processes sharing a work queue: 741 s with 56 benchmarks in session 49 (807 s of compilation in 1447 s of summed wall); 785 s in session 48 after the audit's input checks, 745 s that morning (821 s of compilation in 1449 s of summed wall; CPU-bound: a
+processes sharing a work queue: 709 s with 56 benchmarks at the end of session 49 (782 s of compilation in 1380 s of summed wall), 741 s earlier that day; 785 s in session 48 after the audit's input checks, 745 s that morning (821 s of compilation in 1449 s of summed wall; CPU-bound: a
 benchmark alone keeps 1.3–1.4 cores busy, so 2 workers saturate 2 cores); 695 s with 54 benchmarks in session 47 (755 s of compilation in 1355 s of summed wall); 672 s with 50 benchmarks in session 43, 754 s the same day before its
 Threefry lowering (``dmft/threefry_cpu.py``; 733 of 1303 s of summed wall is compilation); 733 s with 49 benchmarks in session 42 (839 s of compilation in 1429 s of
 summed wall; the secant outlier search cut the non-compilation part 633 → 590 s); 729 s with 48 in session 41
