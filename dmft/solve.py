@@ -752,14 +752,18 @@ def _sweep_lr_axis(shape, n_deltas: int, steps: int, lr_per_delta):
     return 0 if lr_per_delta else None
 
 
-def _problem_setting(problem: Problem, key) -> dict:
-    """Ridge penalties and the PRNG key for the setting record (None where traced)."""
+def key_record(key):
+    """A PRNG key's data as a list (typed or raw uint32 keys) for a setting record; None where traced."""
     try:
         typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-        key_data = np.asarray(jax.random.key_data(key) if typed else key).tolist()
+        return np.asarray(jax.random.key_data(key) if typed else key).tolist()
     except Exception:  # traced (e.g. vmapped over keys)
-        key_data = None
-    return dict(ridge=_maybe_float(problem.ridge), ridge_second=_maybe_float(problem.ridge_second), key=key_data,
+        return None
+
+
+def _problem_setting(problem: Problem, key) -> dict:
+    """Ridge penalties, the PRNG key and the problem for the setting record (None where traced)."""
+    return dict(ridge=_maybe_float(problem.ridge), ridge_second=_maybe_float(problem.ridge_second), key=key_record(key),
                 problem=describe_problem(problem))
 
 

@@ -22,7 +22,7 @@ from jax.flatten_util import ravel_pytree
 from .errors import FlowError, check_data
 from .linalg import hessian_eigs
 from .models import as_model, check_degree, require_theory
-from .ncf import make_loss
+from .ncf import make_loss, require_signal
 
 
 class FlowResult(eqx.Module):
@@ -227,7 +227,6 @@ def first_saddle(model, params0, X, y, loss="square", t1: float = 100.0, delta=N
     tv, lv, gv = fr.ts[valid], fr.loss[valid], fr.grad_norm[valid]
     escaped = np.any(lv < loss0 - escape_drop * abs(loss0)) or fr.code in ("saddle", "diverged")
     if not escaped:
-        from .ncf import require_signal
         require_signal(loss, y)
         raise FlowError(f"t1={t1}: the flow from delta={delta} never escaped the origin within the horizon "
                         f"(loss stayed at {lv[-1]:.6g} ≈ 𝓛(0) = {loss0:.6g}); increase t1 "

@@ -237,6 +237,7 @@ def limiting_trajectory(model, params0, X, y, loss="square", deltas=(1e-2, 1e-3,
         raise FlowError(f"ts[0]={ts[0]:.4g} is before the start of the flow for delta={deltas[0]:.3g} "
                         f"(shift {shifts[0]:.4g}); use a later ts[0] or smaller deltas.")
     flat_path = lambda pa: jax.vmap(lambda w: ravel_pytree(w)[0])(pa)
+    finer = lambda tol: max(tol / 10, 1e-14)      # the precision check's tolerance (errors scale ~ rtol)
     sup_dist = lambda A, B: float(jnp.max(jnp.linalg.norm(A - B, axis=1)))
 
     def run(start, delta, shift_, tol):
@@ -256,7 +257,7 @@ def limiting_trajectory(model, params0, X, y, loss="square", deltas=(1e-2, 1e-3,
             # the path's own numerical error: the same flow at rtol/10 (errors scale ~ rtol). At tiny δ the shift
             # ~ δ^{−(L−2)} (or ln 1/δ) makes the escape time, hence the path, sensitive to the solver tolerance
             # (user audit, session 49: δ = 1e-6 … 1e-10 gave errors 0.05 that moved with rtol, exponent 0.04)
-            solver_err.append(sup_dist(flat_path(fr.params), flat_path(run(w0, d, s, max(rtol / 10, 1e-14)).params)))
+            solver_err.append(sup_dist(flat_path(fr.params), flat_path(run(w0, d, s, finer(rtol)).params)))
     norms = np.asarray(norms)
     # escaped: grown 100-fold, or (large δ, where 100δ is not reachable) by 0.1 in absolute terms
     if norms[-1].max() < min(100 * deltas[-1], deltas[-1] + 0.1) or norms[-1].max() < 1e-3:
@@ -270,7 +271,7 @@ def limiting_trajectory(model, params0, X, y, loss="square", deltas=(1e-2, 1e-3,
     p_rtol = min(rtol, 1e-12)
     fp = run(kkt.direction, eps, Te, p_rtol)
     P = flat_path(fp.params)
-    p_err = sup_dist(P, flat_path(run(kkt.direction, eps, Te, max(p_rtol / 10, 1e-14)).params)) if check_precision \
+    p_err = sup_dist(P, flat_path(run(kkt.direction, eps, Te, finer(p_rtol)).params)) if check_precision \
         else float("nan")
     flats = [flat_path(pa) for pa in paths]
     errors = np.array([sup_dist(F, P) for F in flats])
@@ -282,8 +283,8 @@ def limiting_trajectory(model, params0, X, y, loss="square", deltas=(1e-2, 1e-3,
     # a path whose own error exceeds 1% of p's scale is unreliable beyond the estimate: when the escape-time error
     # ~ rtol·shift exceeds the window, both tolerances miss the escape and agree with each other (measured:
     # δ = 1e-10, rtol 1e-10: solver_error 0.04, error to p 0.66)
-    bad = solver_err > 1e-2 * float(jnp.max(jnp.linalg.norm(P, axis=1)))
-    bad_p = p_err > 1e-2 * float(jnp.max(jnp.linalg.norm(P, axis=1)))
+    p_scale = float(jnp.max(jnp.linalg.norm(P, axis=1)))
+    bad, bad_p = solver_err > 1e-2 * p_scale, p_err > 1e-2 * p_scale
     err_ok = ~((errors < 10 * err_floor) | bad | bad_p)
     diff_ok = ~((diffs < 10 * diff_floor) | bad[:-1] | bad[1:])
     notes = []

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dmft.solve import key_record
+
 from .threshold_gradient import ThresholdGradientError, threshold_gradient
 
 
@@ -135,7 +137,7 @@ def design(family: Callable, params, *, trainable, delta0: float, keys, paths: i
                    threshold_options={k: v for k, v in (threshold_options or {}).items()},
                    objective="mean over keys of the per-key δ_NN of the stationary route (spectral.threshold_gradient)",
                    family=getattr(family, "__qualname__", type(family).__name__),
-                   key_data=[np.asarray(jax.random.key_data(k)).tolist() for k in keys], delta0=float(delta0),
+                   key_data=[key_record(k) for k in keys], delta0=float(delta0),
                    constant_trainables=flat)
     best = int(np.argmin([h["delta_nn"] for h in hist]))
     if flat and status != "no-dependence":

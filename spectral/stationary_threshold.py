@@ -40,7 +40,7 @@ import numpy as np
 from ._errors import NO_OUTLIER, SUCCESS, SpectralError, message
 from .law import law_from_problem
 from .outliers import outlier
-from .thresholds import _criterion, _key_record, _root_on_grid, negative_level, padded_grid, require_hard
+from .thresholds import _criterion, _root_on_grid, negative_level, padded_grid, require_hard
 
 
 FALLBACK_DAMPING = 0.3
@@ -142,7 +142,7 @@ def delta_nn_stationary(problem, *, grid, paths: int, key, warmup, repeats: int 
         raise SpectralError("grid needs at least two δ values, all > 0.")
     if repeats < 2:
         raise SpectralError("repeats must be >= 2 (the Monte Carlo s.e. of δ_NN comes from independent keys).")
-    from dmft.problem import describe_problem
+    from dmft.solve import _problem_setting
 
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
     # one δ batch for the coarse and the fine sweeps: one compilation of the warm-up and of the
@@ -156,9 +156,8 @@ def delta_nn_stationary(problem, *, grid, paths: int, key, warmup, repeats: int 
                    residual_tol=float(residual_tol), level=negative_level(problem, level), fallback_iters=int(fallback_iters),
                    warmup=dict(lr=float(warmup.lr), steps=int(warmup.steps), paths=int(warmup.paths)),
                    route="stationary DMFT (THEORY §2 long time) + outlier equation on its law",
-                   key=_key_record(key), repeat_keys="fold_in(key, r), r = 0 .. repeats-1 (r = 0: the coarse sweep)",
-                   ridge=float(np.asarray(problem.ridge)), ridge_second=float(np.asarray(problem.ridge_second)),
-                   problem=describe_problem(problem))
+                   repeat_keys="fold_in(key, r), r = 0 .. repeats-1 (r = 0: the coarse sweep)",
+                   **_problem_setting(problem, key))
     crit = _criterion(problem, level)
     if not np.isfinite(lo):
         m = coarse["margin"]

@@ -210,15 +210,6 @@ def require_hard(problem, where: str):
                             "there is no hard-direction outlier and no threshold.")
 
 
-def _key_record(key):
-    try:
-        return np.asarray(jax.random.key_data(key)).tolist()
-    except Exception:  # traced or a raw uint32 key
-        from dmft.problem import Tracer
-
-        return None if isinstance(key, Tracer) else np.asarray(key).tolist()
-
-
 def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
                  side="bottom", level="auto", pad_to: Optional[int] = None,
                  min_cosine2: Optional[float] = None) -> MarginCurve:
@@ -414,17 +405,15 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     times = tuple(sorted(int(t) for t in times))
     if any(t < 0 or t > int(steps) for t in times):
         raise SpectralError(f"times={list(times)}: each time must lie in 0..steps={int(steps)} (GD steps of the run).")
-    from dmft.problem import describe_problem
+    from dmft.solve import _problem_setting
 
     # the full setting, on every path (the no-bracket result had setting={}); key and problem make it rerunnable
     setting = dict(grid=grid.tolist(), lr=float(np.asarray(lr).mean()), lr_schedule=np.asarray(lr).tolist(),
                    steps=int(steps), times=list(times), paths=int(paths), repeats=int(repeats), refine=int(refine),
                    convention=convention, d=d, stationarity_tol=stationarity_tol, level=negative_level(problem, level),
                    criterion=_criterion(problem, level, min_cosine2), min_cosine2=min_cosine2,
-                   outlier_solver=outlier_solver_defaults(), key=_key_record(key),
-                   repeat_keys="fold_in(key, r), r = 0 .. repeats-1 (r = 0 also runs the coarse sweep)",
-                   ridge=float(np.asarray(problem.ridge)), ridge_second=float(np.asarray(problem.ridge_second)),
-                   problem=describe_problem(problem))
+                   outlier_solver=outlier_solver_defaults(), **_problem_setting(problem, key),
+                   repeat_keys="fold_in(key, r), r = 0 .. repeats-1 (r = 0 also runs the coarse sweep)")
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
     # one δ batch size for the coarse and the fine sweeps: one compilation of the DMFT program
     # (the shorter sweeps repeat their last δ: at most |len(grid) − refine| extra solves per sweep)
