@@ -86,10 +86,10 @@ class SuccessLaw(eqx.Module):
 
     def loc(self, d):
         """δ*_n(d) on the fitted line: the 1/e point of the success curve at d."""
-        return self.intercept + self.slope * np.log(np.asarray(d, float) / self.d_ref)
+        return self.intercept + self.slope * np.log(_dimension(d) / self.d_ref)
 
     def loc_stderr(self, d):
-        x = np.log(np.asarray(d, float) / self.d_ref)
+        x = np.log(_dimension(d) / self.d_ref)
         c = self.cov
         return np.sqrt(c[0, 0] + 2 * x * c[0, 1] + x * x * c[1, 1])
 
@@ -110,6 +110,15 @@ class SuccessLaw(eqx.Module):
 
     def mean(self, d):
         return self.loc(d) + EULER_GAMMA * self.slope
+
+
+def _dimension(d) -> np.ndarray:
+    """``d`` as floats, refused unless positive and finite: ln(d/d_ref) of d ≤ 0 is −inf or NaN, which the
+    Gumbel law turns into a probability of exactly 0 or 1 (a user audit: ``prob_success(δ, 0)`` returned 0.0)."""
+    d = np.asarray(d, float)
+    if not np.all(np.isfinite(d) & (d > 0)):
+        raise SpectralError(f"d must be a positive finite dimension (got {d.tolist()}).")
+    return d
 
 
 def finite_n_success_law(ds, delta_star_n, stderr) -> SuccessLaw:

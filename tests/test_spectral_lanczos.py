@@ -1,5 +1,7 @@
 """Lanczos (full re-orthogonalization) against dense eigh; HVPs against the dense Hessian."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -171,16 +173,64 @@ def test_hard_outlier_at_state_lanczos_compiles_once_per_shape():
     assert again.constrained_edge == first.constrained_edge
 
 
-def test_degenerate_spectrum_warns():
-    """H = XᵀX/n with n = 20 < d = 30: a 10-fold zero eigenvalue. Single-vector Lanczos returns converged
-    pairs but skips copies (user audit: 0, 0, 0.099, 0.175 with status SUCCESS, true 0, 0, 0, 0): the
-    coinciding Ritz values (ghosts > 0) now come with a warning."""
+def test_degenerate_spectrum_copies_are_resolved_or_warned():
+    """H = XᵀX/n with n = 20 < d = 30: a 10-fold zero eigenvalue. Single-vector Lanczos finds copies of a
+    multiple eigenvalue only through rounding (user audit: 0, 0, 0.099, 0.175 with status SUCCESS, true 0, 0,
+    0, 0). Coinciding converged values (``copies``) now trigger locked (deflated) restarts outside jit; with
+    ``deflate=0`` they come with a warning."""
     X = jax.random.normal(jax.random.key(3), (20, 30), dtype=jnp.float64)
     H = X.T @ X / 20
     with pytest.warns(RuntimeWarning, match="multiple"):
-        r = spectral.lanczos_extreme(lambda v: H @ v, 30, 4, jax.random.key(1), which="smallest", throw=False)
-    assert int(r.ghosts) > 0
-    assert abs(float(r.eigenvalues[0])) < 1e-8
+        r = spectral.lanczos_extreme(lambda v: H @ v, 30, 4, jax.random.key(1), which="smallest", throw=False, deflate=0)
+    assert int(r.copies) > 0 and int(r.deflation_passes) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = spectral.lanczos_extreme(lambda v: H @ v, 30, 4, jax.random.key(1), which="smallest")
+    assert int(r.deflation_passes) >= 1 and int(r.ghosts) == 0
+    np.testing.assert_allclose(r.eigenvalues, 0.0, atol=1e-12)
+    V = np.asarray(r.eigenvectors)
+    np.testing.assert_allclose(V @ V.T, np.eye(4), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(H) @ V.T, 0.0, atol=1e-12)
+
+
+def _triple(n=40):
+    """[-2, -2, -2] below a continuous spectrum on [0, 1], in a random basis."""
+    ev = np.concatenate([-2.0 * np.ones(3), np.linspace(0.0, 1.0, n - 3)])
+    U, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(n, n)))
+    return jnp.asarray((U * ev) @ U.T), ev
+
+
+def test_multiple_eigenvalue_gets_orthogonal_vectors_and_its_missing_copies():
+    """Session 50. (1) A triple eigenvalue found three times returned one Ritz vector three times (inverse
+    iteration from one shift; Gram off-diagonal 0.99999999): the copies now get orthonormal vectors (LAPACK
+    stein's cluster re-orthogonalization). (2) A single Krylov space can miss a copy: here (tol 1e-6, key 2)
+    the first pass returns [-2, -2, 0, 0.028]; the automatic locked restarts return [-2, -2, -2, 0]. (3) An
+    explicit number of passes runs under jit."""
+    A, ev = _triple()
+    mv = lambda v: A @ v
+    with pytest.warns(RuntimeWarning, match="multiple"):
+        r0 = spectral.lanczos_extreme(mv, 40, 4, jax.random.key(2), which="smallest", tol=1e-6, deflate=0)
+    assert abs(float(r0.eigenvalues[2]) + 2.0) > 1.0          # the single Krylov space missed the third copy
+    r = spectral.lanczos_extreme(mv, 40, 4, jax.random.key(2), which="smallest", tol=1e-6)
+    np.testing.assert_allclose(r.eigenvalues, ev[:4], atol=1e-6)
+    assert int(r.deflation_passes) >= 1 and int(r.status) == spectral.SUCCESS
+    assert float(jnp.max(r.residuals)) < 1e-6 * 3.0            # true ‖Av − θv‖ on A itself
+    V = np.asarray(r.eigenvectors)
+    np.testing.assert_allclose(V @ V.T, np.eye(4), atol=1e-10)
+    # the three returned -2 vectors span the -2 eigenspace
+    U3 = np.linalg.eigh(np.asarray(A))[1][:, :3]
+    assert np.linalg.norm(U3.T @ V[:3].T, 2) > 1 - 1e-6 and np.linalg.svd(U3.T @ V[:3].T)[1].min() > 1 - 1e-6
+    # orthonormal copies from one pass (the default key finds all three by rounding)
+    r1 = spectral.lanczos_extreme(mv, 40, 3, jax.random.key(1), which="smallest", deflate=0, throw=False)
+    V1 = np.asarray(r1.eigenvectors)
+    if int(r1.copies) == 2:
+        np.testing.assert_allclose(V1 @ V1.T, np.eye(3), atol=1e-10)
+        assert int(r1.ghosts) == 0
+    rj = jax.jit(lambda key: spectral.lanczos_extreme(mv, 40, 4, key, which="smallest", tol=1e-6, deflate=2,
+                                                      throw=False))(jax.random.key(2))
+    np.testing.assert_allclose(rj.eigenvalues, ev[:4], atol=1e-6)
+    with pytest.raises(ValueError, match="deflate must be"):
+        spectral.lanczos_extreme(mv, 40, 4, jax.random.key(2), deflate=-1)
 
 
 def test_lanczos_breakdown_restarts_instead_of_stopping():
@@ -195,8 +245,8 @@ def test_lanczos_breakdown_restarts_instead_of_stopping():
         assert int(r.restarts) >= 1 and float(jnp.max(r.residuals)) < 1e-12   # true residuals ‖Av − θv‖
     Qm, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((30, 30)))
     B = jnp.asarray(Qm @ np.diag(np.repeat([-1.0, 0.0, 1.0], 10)) @ Qm.T)
-    with pytest.warns(RuntimeWarning, match="multiple"):       # six true copies coincide: still warned
-        r = spectral.lanczos_extreme(lambda v: B @ v, 30, 6, jax.random.key(0), which="smallest")
+    with pytest.warns(RuntimeWarning, match="multiple"):       # six true copies coincide: warned without deflation
+        r = spectral.lanczos_extreme(lambda v: B @ v, 30, 6, jax.random.key(0), which="smallest", deflate=0)
     np.testing.assert_allclose(r.eigenvalues, -np.ones(6), atol=1e-12)
     r0 = spectral.lanczos_extreme(lambda v: 0.0 * v, 10, 2, jax.random.key(0), which="smallest")   # T ≡ 0
     assert int(r0.status) == spectral.SUCCESS and np.all(np.asarray(r0.eigenvalues) == 0.0)

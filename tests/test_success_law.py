@@ -78,6 +78,16 @@ def test_bad_input_names_the_parameter():
         spectral.finite_n_success_law([250, 500], [4.1, 4.0], [0.05, 0.05])
     with pytest.raises(SpectralError, match="p must lie"):
         _law().quantile(1.0, 500)
+    # d <= 0 made ln(d / d_ref) -inf / NaN: prob_success(δ, 0) was exactly 0.0, median(-5) NaN
+    for method in ("prob_success", "prob_success_bounds"):
+        for bad in (0.0, -500.0, np.inf):
+            with pytest.raises(SpectralError, match="d must be a positive finite dimension"):
+                getattr(_law(), method)(4.0, bad)
+    for method in ("loc", "loc_stderr", "median", "mean"):
+        with pytest.raises(SpectralError, match="d must be a positive finite dimension"):
+            getattr(_law(), method)([500.0, 0.0])
+    with pytest.raises(SpectralError, match="d must be a positive finite dimension"):
+        _law().quantile(0.5, np.nan)
 
 
 def _result(d, ds, se, ppn, convention="finite-n", times=(10, 20)):
