@@ -248,7 +248,9 @@ def _grid(spec: str):
         raise CLIError(f"--grid {spec!r}: give comma-separated δ values, e.g. 1,2,3,5,8.") from exc
     if len(vals) < 2 or any(not math.isfinite(v) or v <= 0 for v in vals):
         raise CLIError(f"--grid {spec!r}: need at least two δ values, all finite and > 0.")
-    return vals
+    if len(set(vals)) != len(vals):
+        raise CLIError(f"--grid {spec!r}: a δ value repeats; give each δ once.")
+    return sorted(vals)      # printed, stored and keyed in increasing δ (an unsorted grid once misread the 50 % point)
 
 
 LAW_KEY = 1_000_003   # fold_in tag of the --law-d run's keys (independent of the --d run's repeats 0, 1, ...)
@@ -533,7 +535,7 @@ def simulate_cmd(
         payload["setting"] = dict(command="deltann simulate", target=target, activation=activation, width=width, loss=loss,
                                   init_scale=init_scale, train_second_layer=train_second_layer, power=power, ridge=ridge,
                                   lr=lr, steps=steps, grid=g, d=dims, seeds=seeds, seed=seed,
-                                  keys=("fold_in(jax.random.key(seed), d) per d, fold_in(., i) per grid point, fold_in(., s) per seed "
+                                  keys=("fold_in(jax.random.key(seed), d) per d, fold_in(., i) per grid point (i in increasing δ), fold_in(., s) per seed "
                                         "(before session 49: key(seed + d), which made --seed 0 --d 40 and --seed 10 "
                                         "--d 30 share their data)"),
                                   success="hard-subspace cosine > 0.5 at the last step", dtype="float32 (dmft.success_curve)")

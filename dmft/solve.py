@@ -629,6 +629,17 @@ def _checked(traj: Trajectory, throw: bool) -> Trajectory:
 DIVERGENCE_FACTOR = 1e6   # train error above this multiple of its initial value, and still growing: GD diverges
 
 
+def divergence_step(train_error) -> np.ndarray:
+    """Per trajectory (rows of ``train_error`` (..., steps+1)), the first step at which the train error is
+    non-finite or above ``DIVERGENCE_FACTOR`` × its initial value (−1: never): from there GD (and the DMFT that
+    follows it) has left the problem, and nothing computed at later times describes it."""
+    te = np.asarray(train_error, float)
+    te = te.reshape(-1, te.shape[-1])
+    with np.errstate(all="ignore"):
+        bad = ~np.isfinite(te) | (te > DIVERGENCE_FACTOR * np.maximum(te[:, :1], 1e-12))
+    return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
+
+
 def warn_if_diverging(traj: Trajectory):
     """Collective instability: GD diverges when η exceeds 2/λ_max of the Hessian, a property of the whole
     spectrum that the per-path check of :func:`warn_if_unstable` cannot see (user audit: a linear student at

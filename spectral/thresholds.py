@@ -149,6 +149,9 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
                                outlier_options=outlier_options)[:5]
 
 
+DIVERGENCE_NOTE = "1e6 ×"
+
+
 def _margins_from_sweep(problem, traj, deltas, times, *, convention, d, side, level, outlier_options=None):
     """:func:`margins_from_sweep` plus (D, T) flags: the untruncated law is unbounded below."""
     D, T = len(deltas), len(times)
@@ -156,11 +159,20 @@ def _margins_from_sweep(problem, traj, deltas, times, *, convention, d, side, le
     unb = np.zeros((D, T), bool)
     notes = []
     failed = np.asarray(traj.failed_step).reshape(-1) if getattr(traj, "failed_step", None) is not None else None
+    from dmft.solve import divergence_step
+
+    diverged = divergence_step(np.asarray(traj.train_error)[:D])
     for i, dv in enumerate(np.asarray(deltas, float)):
         tri = _slice(traj, i)
         for j, t in enumerate(times):
             if failed is not None and 0 <= failed[i] <= t:
                 notes.append(f"delta={dv:.4g}, t={t}: the DMFT became non-finite at step {int(failed[i])}; margin left nan")
+                continue
+            if 0 <= diverged[i] <= t:
+                # a law of D from a blown-up state looks unbounded; its margin (±inf) is not a threshold
+                # (session 50 audit: lr = 40 gave train error 1e21 and the hint "D unbounded, use finite-n")
+                notes.append(f"delta={dv:.4g}, t={t}: GD diverges (train error above {DIVERGENCE_NOTE} its initial "
+                             f"value from step {int(diverged[i])}: the step lr is above 2/λ_max); margin left nan")
                 continue
             law, unb[i, j] = _law_at(problem, tri, t, dv, convention, d)
             if side in law.unbounded:
@@ -261,13 +273,25 @@ def _crossing(deltas, m, i):
 
 def _root_on_grid(deltas, margin):
     """First sign change from margin ≥ 0 (no outlier) to < 0 (outlier); linear interpolation.
-    Returns (root, lo, hi) or (nan, nan, nan)."""
-    m = np.asarray(margin)
-    for i in range(1, len(deltas)):
-        if np.isfinite(m[i - 1]) and np.isfinite(m[i]) and m[i - 1] >= 0 > m[i]:
-            return _crossing(deltas, m, i)
-        if not np.isfinite(m[i - 1]) and np.isfinite(m[i]) and m[i] < 0:
-            return float("nan"), float(deltas[i - 1]), float(deltas[i])
+    Returns (root, lo, hi) or (nan, nan, nan). Non-finite margins are gaps, not crossings: a negative
+    margin after a gap gives the bracket from the last finite margin before it (root nan) if that one is
+    ≥ 0, no crossing if it is < 0 (the outlier existed already), and the bracket from the grid's start if
+    there is none (session 50 audit: [+, nan, −] bracketed only [δ₁, δ₂], and [−, nan, −] reported a
+    bracket where the outlier exists at the smallest δ)."""
+    m = np.asarray(margin, float)
+    last = None                                  # index of the last finite margin
+    for i in range(len(deltas)):
+        if not np.isfinite(m[i]):
+            continue
+        if m[i] < 0:
+            if last is None:
+                if i > 0:                        # only gaps before: the sign change is somewhere below δ_i
+                    return float("nan"), float(deltas[0]), float(deltas[i])
+            elif m[last] >= 0:
+                if last == i - 1:
+                    return _crossing(deltas, m, i)
+                return float("nan"), float(deltas[last]), float(deltas[i])
+        last = i
     return float("nan"), float("nan"), float("nan")
 
 
@@ -435,6 +459,14 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
         if convention == "strict" and np.all(np.isinf(coarse.margin)):
             hint = ("the support of D is unbounded below, so the strict limit has no edge and no outlier; use "
                     "convention='finite-n' with the dimension d")
+        from dmft.solve import divergence_step
+
+        div = divergence_step(coarse.train_error)
+        if np.any((div >= 0) & (div <= max(times))):
+            bad = [f"{dv:.3g}" for dv, st in zip(grid, div) if 0 <= st <= max(times)]
+            hint = (f"GD diverges at δ = {', '.join(bad)} (the train error leaves 1e6 × its initial value by step "
+                    f"{int(div[div >= 0].min())}; last {float(coarse.train_error[div >= 0][0, -1]):.3g}): lr = {float(np.mean(lr)):g} "
+                    "is above 2/λ_max of the Hessian there, and the margins of a blown-up state mean nothing; reduce lr")
         return DeltaStarResult(times=times, delta_star=np.full(len(times), np.nan),
                                delta_star_stderr=np.full(len(times), np.nan), per_repeat=np.full((repeats, len(times)), np.nan),
                                bracket=brackets, delta_nn=None, delta_nn_stderr=None, status="no-bracket",

@@ -2,6 +2,7 @@
 statistics and the deltann CLI. The comparison with GD is in benchmarks/bench_thresholds.py."""
 
 import json
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,14 @@ def test_root_on_grid_linear_interpolation():
     root, lo, hi = _root_on_grid(deltas, 2.5 - deltas)  # margin > 0 below 2.5
     assert (lo, hi) == (2.0, 3.0) and root == pytest.approx(2.5)
     assert np.isnan(_root_on_grid(deltas, np.ones(4))[0])
+    # session 50 audit: non-finite margins are gaps; the bracket spans them, an outlier before a gap is no crossing
+    g = np.array([1.0, 2.0, 3.0, 4.0])
+    r = _root_on_grid(g, [0.2, np.nan, -0.1, -0.2])
+    assert np.isnan(r[0]) and r[1:] == (1.0, 3.0)
+    assert np.isnan(_root_on_grid(g, [-0.2, np.nan, -0.1, -0.2])[1])
+    assert _root_on_grid(g, [-0.2, np.nan, 0.1, -0.2]) == pytest.approx((3.0 + 1.0 / 3.0, 3.0, 4.0))
+    r = _root_on_grid(g, [np.inf, np.nan, -0.1, -0.2])
+    assert np.isnan(r[0]) and r[1:] == (1.0, 3.0)
 
 
 def test_upper_root_on_grid_finds_where_the_outlier_disappears():
@@ -76,6 +85,16 @@ def test_fifty_percent_point():
     assert "extend --grid upward" in no_bracket_reason(g, np.array([0.0, 0.25, 0.375]))
     M = jnp.array([[0.6, 0.8]])
     assert float(hard_cosine(M, jnp.eye(2), (0,))) == pytest.approx(1.0 / np.sqrt(2.0))
+    # session 50 user audit: an unsorted grid interpolated between non-neighbours (2.5 ± 0.53 for 2.0 ± 0.24)
+    root, se = fifty_percent_point([2.5, 1.0, 4.0, 1.5], [0.875, 0.0, 1.0, 0.125], seeds=8)
+    assert root == pytest.approx(2.0) and se == pytest.approx(np.sqrt(0.25 / 8) / 0.75)
+    assert fifty_percent_point([2.0, 1.0, 3.0], [0.75, 0.0, 1.0], 8)[0] == pytest.approx(1 + 2 / 3)
+    assert "smallest δ = 1" in no_bracket_reason([3.0, 1.0], [0.75, 0.5])
+    with pytest.raises(dmft.ProblemError, match="repeat"):
+        fifty_percent_point([1.0, 1.0, 2.0], [0.0, 0.25, 1.0], 8)
+    with pytest.warns(RuntimeWarning, match="crosses 1/2 upward 2 times"):
+        root, _ = fifty_percent_point([1.0, 2.0, 3.0, 4.0], [0.0, 0.625, 0.25, 1.0], 8)
+    assert root == pytest.approx(1.8)
 
 
 def test_fixed_shape_truncation_equals_dropping():
@@ -458,3 +477,21 @@ def test_delta_star_setting_and_input_checks():
         delta_star(easy, grid=[1.0, 2.0], times=(4,), **kw)
     with pytest.raises(spectral.SpectralError, match=r"0\.\.steps=4"):
         delta_star(P, grid=[1.0, 2.0], times=(2, 8), **kw)
+
+
+def test_delta_star_names_a_diverging_gd_not_an_unbounded_law():
+    """Session 50 user audit: lr = 40 on the bounded staircase (train error 1e21 at step 20) gave margins ±inf and
+    the hint "the support of D is unbounded below … use convention='finite-n'". A blown-up state's margins are
+    now nan with a note, and the no-bracket message names the divergence and the fix (reduce lr)."""
+    from dmft import families as fam
+
+    P = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: z[0] + z[1] ** 2 - 1.0, k=2, noise_dim=0),
+                     student=dmft.TwoLayer(activation=fam.SoftplusT(1.0), width=2, second_layer=jnp.array([1.0, 0.5])),
+                     loss=fam.PseudoHuber(1.0), ridge=0.3, init=dmft.Init(q0=jnp.eye(2), overlap=jnp.zeros((2, 2))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        r = delta_star(P, grid=[0.5, 3.0], lr=40.0, steps=12, times=(12,), paths=256, key=jax.random.key(0),
+                       convention="strict", level="edge", repeats=2, refine=3)
+    assert r.status == "no-bracket" and "GD diverges" in r.message and "reduce lr" in r.message
+    assert "unbounded" not in r.message
+    assert np.all(np.isnan(r.coarse.margin)) and "GD diverges" in r.coarse.notes[0]
