@@ -122,7 +122,11 @@ class Teacher(eqx.Module):
     def sample_noise(self, key, batch: tuple) -> Array:
         if self.noise_dim == 0:
             return jnp.zeros(batch + (0,))
-        return self.noise(key, batch + (self.noise_dim,))
+        eps = self.noise(key, batch + (self.noise_dim,))
+        if jnp.shape(eps) != batch + (self.noise_dim,):   # static shapes: raised while tracing, before compiling
+            raise ProblemError(f"Teacher.noise(key, shape) must return an array of the requested shape "
+                               f"{batch + (self.noise_dim,)}; it returned {jnp.shape(eps)}.")
+        return eps
 
     def unbounded_label_levels(self, directions: int = 8) -> dict:
         """Where the label ``y`` is unbounded, three growing label values along a ray.
@@ -301,6 +305,8 @@ class TwoLayer(eqx.Module):
         self.width = int(width)
         if second_layer is None:
             second_layer = jnp.ones(width) / width
+        if _is_concrete(second_layer) and np.iscomplexobj(np.asarray(second_layer)):
+            raise ProblemError("TwoLayer.second_layer must be real (got a complex array).")
         self.second_layer = jnp.asarray(second_layer, dtype=float)
         if readout is None and self.second_layer.shape != (self.width,):
             raise ProblemError(
@@ -329,6 +335,10 @@ class Init(eqx.Module):
     overlap: Array
 
     def __init__(self, q0, overlap):
+        for what, arr in (("q0", q0), ("overlap", overlap)):
+            if _is_concrete(arr) and np.iscomplexobj(np.asarray(arr)):
+                raise ProblemError(f"Init.{what} must be real (got a complex array, which would be cast to its real "
+                                   "part: a Hermitian q0 became the identity in a user audit).")
         self.q0 = jnp.asarray(q0, dtype=float)
         self.overlap = jnp.asarray(overlap, dtype=float)
 
@@ -358,6 +368,7 @@ class Problem(eqx.Module):
     # -- validation (concrete values only; skipped under tracing) --------------------
     def _validate(self):
         _probe_link(self.teacher)
+        _probe_readout(self.student)
         m, k = self.student.width, self.teacher.k
         q0, ov = self.init.q0, self.init.overlap
         if q0.shape != (m, m):
@@ -472,6 +483,26 @@ def _probe_link(teacher):
     if np.size(out) != 1:
         raise ProblemError(f"Teacher.link must return one label per sample (a scalar); it returned shape "
                            f"{np.shape(out)} for z of shape ({teacher.k},).")
+
+
+def _probe_readout(student):
+    """The readout's counterpart of :func:`_probe_link`: a user ``readout(r, a)`` called once on numpy zeros
+    r (width,) and the numpy second layer, so an index past either (clamped silently under JAX) raises here.
+    Session 50 user audit: a readout reading a[2] with a of length 2 ran as a[1], and r[3] with width 3 ran as
+    r[2], in both simulate and solve, with no message."""
+    if student.readout is None or not _is_concrete(student.second_layer):
+        return
+    try:
+        out = student.readout(np.zeros(student.width), np.asarray(student.second_layer))
+    except IndexError as exc:
+        raise ProblemError(f"TwoLayer.readout indexes its inputs beyond their sizes (r has width = {student.width} "
+                           f"entries, a has {np.size(student.second_layer)}): {exc}. Fix width / second_layer or the "
+                           "readout.") from exc
+    except Exception:
+        return
+    if np.size(out) != 1:
+        raise ProblemError(f"TwoLayer.readout must return one output per sample (a scalar); it returned shape "
+                           f"{np.shape(out)} for r of shape ({student.width},).")
 
 
 @eqx.filter_jit

@@ -168,6 +168,9 @@ def simulate(
     training — one run and one compilation instead of one per checkpoint (the weights after
     ``t`` steps are those of a run with ``steps = t``: same keys, same data, same initialization).
     """
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise ProblemError(f"dtype must be jnp.float32 or jnp.float64 (got {jnp.dtype(dtype).name}): the data, weights "
+                           "and Threefry draws are floating point of one of those widths.")
     if not isinstance(d, (int, np.integer)) or d <= problem.k:
         raise ProblemError(f"d must be an int > k = {problem.k} (got {d!r}).")
     delta_f = float(delta)
@@ -214,6 +217,7 @@ def simulate(
                    test_samples=int(test_samples), random_overlap=bool(random_overlap),
                    dtype=jnp.dtype(dtype).name, teacher_basis="first k coordinate axes",
                    freeze_hard=list(hard) if hard else False, save_weights_at=list(save_at))
+    setting["failure"] = _failure_record(obs, steps)
     return SimulationResult(
         train_error_seeds=obs["train"],
         test_error_seeds=obs["test"],
@@ -227,6 +231,36 @@ def simulate(
         W_at=Ws if save_at else None,
         a_at=As if save_at else None,
     )
+
+
+def _failure_record(obs, steps):
+    """Seeds whose train or test error became non-finite or blew up (``dmft.solve.divergence_step``), with a
+    warning that names the likely cause; None when every seed stayed finite. Session 50 audit: a diverging run
+    (train error inf then NaN from step 2) and NaN labels on rare inputs (NaN at every step) were returned
+    silently."""
+    import warnings
+
+    from .solve import divergence_step
+
+    if isinstance(obs["train"], jax.core.Tracer):
+        return None
+    te, ts = np.asarray(obs["train"], float), np.asarray(obs["test"], float)
+    div = divergence_step(te)
+    nonfin_test = ~np.all(np.isfinite(ts), axis=1)
+    bad = np.nonzero((div >= 0) | nonfin_test)[0]
+    if not bad.size:
+        return None
+    first = [int(div[s]) if div[s] >= 0 else int(np.argmax(~np.isfinite(ts[s]))) for s in bad]
+    s0 = min(first)
+    cause = ("at step 0, before any update: labels or initial outputs are non-finite on some sample (e.g. a link that "
+             "returns NaN on rare inputs, which the 256 draws of check_finite_maps miss: run "
+             "dmft.check_finite_maps(problem, samples=10**6))" if s0 == 0 else
+             "GD diverges (the train error leaves 1e6 × its initial value, or overflows): lr is above 2/λ_max of the "
+             "Hessian; reduce lr")
+    warnings.warn(f"simulate: {bad.size} of {te.shape[0]} seeds have a non-finite or diverging error from step {s0} "
+                  f"(seeds {bad[:8].tolist()}{' …' if bad.size > 8 else ''}): {cause}. Their rows enter the seed means "
+                  "(setting['failure']).", RuntimeWarning, stacklevel=3)
+    return dict(seeds=bad.tolist(), first_step=first, cause=cause)
 
 
 @eqx.filter_jit

@@ -116,9 +116,18 @@ def _lr_schedule(lr, steps):
     return jnp.concatenate([lr, lr[..., -1:]], axis=-1)
 
 
-def _validate(problem, delta, lr, steps, paths, save_samples_at, n_groups):
+def _validate(problem, delta, lr, steps, paths, save_samples_at, n_groups, sweep=False):
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ProblemError(f"steps must be a positive int (got {steps!r}).")
+    nd = np.ndim(delta)
+    if sweep and (nd != 1 or np.shape(delta)[0] == 0):
+        raise ProblemError(f"deltas must be a non-empty 1-d grid of δ values (got shape {np.shape(delta)}).")
+    if not sweep and nd != 0:
+        raise ProblemError(f"delta must be a scalar (got shape {np.shape(delta)}); for several δ use "
+                           "dmft.solve_sweep(problem, deltas, ...), which shares one compilation and the random numbers.")
+    if np.ndim(lr) > (2 if sweep else 1):
+        raise ProblemError(f"lr must be a scalar or a schedule of shape (steps,) = ({steps},)"
+                           + (" (or one of those per δ)" if sweep else "") + f"; got shape {np.shape(lr)}.")
     if not isinstance(paths, (int, np.integer)) or isinstance(paths, bool):
         raise ProblemError(f"paths must be an int (got {paths!r} of type {type(paths).__name__}); e.g. paths={int(paths) if isinstance(paths, float) and np.isfinite(paths) else 20000}.")
     if paths < MIN_PATHS:
@@ -691,11 +700,14 @@ def raise_if_failed(traj: Trajectory):
     b = _factor_breakdowns(traj)[i]
     why = (" Before that, " + _breakdown_hint(b)) if b is not None and b[0] < step else \
         " At long horizons with a converged first phase pass chol_jitter=1e-8 (docs/dmft.md, 'Conditioning at late times')."
+    if step == 0:   # nothing has moved yet: the problem's maps, not lr (session 50 audit: NaN labels on rare inputs)
+        why = (" At step 0 nothing has moved yet, so lr is not the cause: some label, output or loss derivative is "
+               "non-finite on the sampled inputs (e.g. a link that returns NaN beyond |z| = 3.5, which the 256 draws of "
+               "check_finite_maps miss): run dmft.check_finite_maps(problem, samples=10**6).")
     where = "" if fs.ndim == 0 else f" for sweep point {tuple(int(x) for x in np.unravel_index(i, fs.shape))}"
-    raise DMFTError(
-        f"DMFT kernels became non-finite{where} at step {step} (overflow or NaN in g, Γ, C_g or C_θ): reduce lr, "
-        "check the loss/activation growth, or shorten steps." + why
-    )
+    fix = "" if step == 0 else " reduce lr, check the loss/activation growth, or shorten steps."
+    raise DMFTError(f"DMFT kernels became non-finite{where} at step {step} (overflow or NaN in g, Γ, C_g or C_θ):"
+                    + fix + why)
 
 
 def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, save_samples_at=(), throw=True,
@@ -710,7 +722,7 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
     hard = problem.teacher.hard_coordinates()
     groups = _hard_groups(problem, "dmft.solve_sweep")
     deltas = jnp.asarray(deltas, dtype=float)
-    _validate(problem, deltas, lr, steps, paths, tuple(save_samples_at), 2 ** len(hard))
+    _validate(problem, deltas, lr, steps, paths, tuple(save_samples_at), 2 ** len(hard), sweep=True)
     check_finite_maps(problem)
     jump = warn_if_response_jumps(problem, "dmft.solve_sweep", JUMP_FIX)
     save_at = tuple(sorted(int(t) for t in save_samples_at))

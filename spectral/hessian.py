@@ -21,8 +21,22 @@ from ._errors import SpectralError
 from .law import sample_blocks
 
 
+def check_state(problem, X, y, W):
+    """Shapes of a finite-d state, named before any tracing: X (n, d), y (n,), W (d, m) (session 50 audit: a
+    transposed W or a short y gave dot_general / vmap size errors)."""
+    X_shape, y_shape, W_shape = jnp.shape(X), jnp.shape(y), jnp.shape(W)
+    if len(X_shape) != 2:
+        raise SpectralError(f"X must be the (n, d) data matrix; got shape {X_shape}.")
+    n, d = X_shape
+    if y_shape != (n,):
+        raise SpectralError(f"y must have shape (n,) = ({n},), one label per row of X; got {y_shape}.")
+    if W_shape != (d, problem.m):
+        raise SpectralError(f"W must have shape (d, m) = ({d}, {problem.m}); got {W_shape}.")
+
+
 def finite_blocks(problem, X, y, a, W):
     """``D_i = ∇²_r ℓ(y_i, F(Wᵀx_i; a))`` (n, m, m) at a finite-d state, by autodiff."""
+    check_state(problem, X, y, W)
     return sample_blocks(problem, y, X @ W, a)
 
 
@@ -42,8 +56,7 @@ def hessian_vector_product(problem, X, y, a, W, *, method="autodiff"):
     ``dmft.empirical_risk`` in W at ``(W, a)``, ridge included."""
     import dmft
 
-    if W.ndim != 2 or W.shape != (X.shape[1], problem.m):
-        raise SpectralError(f"W must have shape (d, m) = ({X.shape[1]}, {problem.m}); got {W.shape}.")
+    check_state(problem, X, y, W)
     if method == "autodiff":
         g = jax.grad(lambda W_: dmft.empirical_risk(problem, W_, a, X, y))
 

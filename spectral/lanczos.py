@@ -35,6 +35,7 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._errors import MAX_ITERS, NONFINITE, SUCCESS, check_status
 
@@ -203,8 +204,12 @@ def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e
         raise ValueError(f"k={k} > max_iters={K}: the Krylov basis must hold at least k vectors; raise max_iters.")
     if deflate is not None and not (isinstance(deflate, int) and deflate >= 0):
         raise ValueError(f"deflate must be None (automatic), 0 (off) or a number of passes >= 1; got {deflate!r}.")
+    q0 = jax.random.normal(key, (n,)) if v0 is None else jnp.asarray(v0)
+    if v0 is not None and q0.size != n:
+        raise ValueError(f"v0 has {q0.size} entries; the operator's vectors have shape {shape} ({n} entries).")
+    q0 = q0.reshape(-1)
+    _check_operator(matvec, shape, q0.dtype)
     mv = lambda q: matvec(q.reshape(shape)).reshape(-1)
-    q0 = jax.random.normal(key, (n,)) if v0 is None else jnp.asarray(v0).reshape(-1)
     eps = float(jnp.finfo(q0.dtype).eps)
     if tol < 10 * eps:
         raise ValueError(f"tol={tol:g} is below what {q0.dtype} vectors resolve (10·eps = {10 * eps:.2g}): the basis "
@@ -244,6 +249,20 @@ def lanczos_extreme(matvec, dim, k, key, *, which="both", max_iters=None, tol=1e
     check_lanczos(status, tol, K, throw)
     _warn_if_degenerate(copies, ghosts, k, passes, settled)
     return res_
+
+
+def _check_operator(matvec, shape, dtype):
+    """``matvec`` maps vectors of ``shape`` to ``shape`` (traced once by ``jax.eval_shape``, nothing computed);
+    otherwise a ValueError naming ``dim`` (session 50 audit: a wrong dim surfaced as an einsum error)."""
+    try:
+        out = jax.eval_shape(matvec, jax.ShapeDtypeStruct(shape, dtype))
+    except Exception as exc:
+        raise ValueError(f"matvec fails on a vector of shape {shape} (dim={shape if len(shape) > 1 else shape[0]!r}): "
+                         f"{type(exc).__name__}: {str(exc)[:300]}. dim must be the shape of the operator's vectors, "
+                         "e.g. W.shape = (d, m) for a Hessian-vector product.") from exc
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"matvec maps vectors of shape {shape} to shape {tuple(out.shape)}: dim must be the shape of "
+                         "the operator's vectors (a symmetric operator maps a space to itself).")
 
 
 def _concrete_positive(x) -> bool:
@@ -465,7 +484,11 @@ def stochastic_lanczos_quadrature(matvec, dim, key, *, probes=8, order=80) -> SL
     Rademacher vectors (vmapped); the tridiagonal's eigenpairs give the nodes/weights."""
     shape = (dim,) if isinstance(dim, int) else tuple(dim)
     n = math.prod(shape)
+    for name, v in (("probes", probes), ("order", order)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"stochastic_lanczos_quadrature: {name} must be an int >= 1 (got {v!r}).")
     order = int(min(order, n))
+    _check_operator(matvec, shape, jnp.float64)
     mv = lambda q: matvec(q.reshape(shape)).reshape(-1)
 
     def one(kk):
