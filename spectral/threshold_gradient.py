@@ -360,7 +360,11 @@ def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: i
     ``route="dynamic"`` differentiates δ*(t) instead: the margin of the dynamic DMFT's law at
     step ``time_step`` (default ``steps``) of ``steps`` GD steps of size ``lr`` (forward mode
     through the DMFT's scan; no fixed point, no warm-up). Unlike δ_NN it depends on the
-    initialization (e.g. ``Init.q0`` as a parameter)."""
+    initialization (e.g. ``Init.q0`` as a parameter). It runs the DMFT at Cholesky jitter
+    ``DYNAMIC_CHOL_JITTER`` = 1e-8 (smooth in δ and θ); ``spectral.delta_star`` / ``margin_curve`` at the same
+    key agree with it only at the same jitter: pass ``chol_jitter=1e-8`` there (session 50 audit, staircase
+    t = 20, 2048 paths, key 0: 1.24118 here and at 1e-8 there, 1.24223 at their default 1e-13; central
+    differences in β of the 1e-8 roots 0.28317 against this gradient's 0.28327, of the 1e-13 roots 0.2912)."""
     t0 = time.perf_counter()
     hard = family(params).teacher.hard_coordinates()
     if not hard:
@@ -438,8 +442,16 @@ def threshold_gradient(family: Callable, params, *, delta0: float, key, paths: i
         delta = cand
     if not converged:
         tail = ", ".join(f"({h['delta']:.5g}, {h.get('margin', float('nan')):.2e})" for h in hist[-6:])
-        raise ThresholdGradientError(f"Newton in δ did not converge in {max_newton} steps; last (δ, margin): {tail}. "
-                                     "Start closer to the root (delta0) or check that the margin changes sign.")
+        ms = np.array([h.get("margin", np.nan) for h in hist], float)
+        ms = ms[np.isfinite(ms)]
+        same = ms.size and (np.all(ms > 0) or np.all(ms < 0))
+        # session 50 audit: a margin flat at +0.28 (no outlier reaches the level) bounced between 0.80 and 1.14
+        # and said only "did not converge"
+        why = (f" The margin never changed sign at the {ms.size} iterates (all {'positive: no outlier below the cut' if ms[0] > 0 else 'negative: an outlier at every δ tried'}; "
+               f"range {ms.min():.3g} … {ms.max():.3g}): there may be no threshold near delta0 = {delta0:g} — scan a δ grid "
+               "with spectral.delta_star / delta_nn_stationary to bracket one first." if same else
+               " Start closer to the root (delta0) or check that the margin changes sign.")
+        raise ThresholdGradientError(f"Newton in δ did not converge in {max_newton} steps; last (δ, margin): {tail}." + why)
     if prim["level"] is not None and abs(prim["edge"] - prim["level"]) < kink_tol:
         raise ThresholdGradientError(
             f"at the root δ={delta:.6g} the bulk edge ({prim['edge']:.5g}) and the level ({prim['level']:.5g}) coincide "

@@ -224,13 +224,16 @@ def require_hard(problem, where: str):
 
 def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
                  side="bottom", level="auto", pad_to: Optional[int] = None,
-                 min_cosine2: Optional[float] = None) -> MarginCurve:
+                 min_cosine2: Optional[float] = None, chol_jitter: Optional[float] = None) -> MarginCurve:
     """DMFT δ sweep (one compilation, common random numbers) and the outlier margin at each
     requested time. ``convention``: "strict" or "finite-n" (needs ``d``). ``pad_to``: run the
     sweep at this many δ by repeating the last one (the extra points are solved but not
     reported), so that sweeps of different lengths share one compiled DMFT program; each δ's
     trajectory does not depend on the batch (measured bit-identical). ``min_cosine2 = c``: the margin is that
-    of an outlier whose hard cos² ≥ c (:func:`cosine_cut_margin`)."""
+    of an outlier whose hard cos² ≥ c (:func:`cosine_cut_margin`). ``chol_jitter``: the DMFT's relative
+    Cholesky jitter (default ``dmft.solve.CHOL_JITTER`` = 1e-13); ``threshold_gradient(route="dynamic")`` runs
+    at 1e-8, and the same key then gives the same δ*(t) only at the same jitter (session 50 audit, staircase
+    t = 20, 2048 paths: root 1.24223 at 1e-13, 1.24118 at 1e-8 = the dynamic route's 1.24118)."""
     import dmft
 
     if min_cosine2 is not None:
@@ -246,7 +249,7 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
     n = len(deltas)
     run = padded_grid(deltas, pad_to)
     traj = dmft.solve_sweep(problem, jnp.asarray(run), lr=lr, steps=steps, paths=paths, key=key,
-                            save_samples_at=times)
+                            save_samples_at=times, chol_jitter=chol_jitter)
     margin, ev, edge, cos2, notes, unb = _margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d,
                                                              side=side, level=level)
     crit = margin if min_cosine2 is None else cosine_cut_margin(margin, cos2, min_cosine2)
@@ -395,7 +398,8 @@ def refine_grid(brackets, refine: int) -> np.ndarray:
 
 def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convention="finite-n", d=None,
                refine: int = 6, repeats: int = 2, stationarity_tol: float = 0.02, level="auto",
-               progress: Optional[Callable[[str], None]] = None, min_cosine2: Optional[float] = None) -> DeltaStarResult:
+               progress: Optional[Callable[[str], None]] = None, min_cosine2: Optional[float] = None,
+               chol_jitter: Optional[float] = None) -> DeltaStarResult:
     """δ*(t) at each of ``times`` and δ_NN from its trend.
 
     1. coarse sweep over ``grid`` (key 0 of ``repeats``) -> margin curves and brackets;
@@ -429,7 +433,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     times = tuple(sorted(int(t) for t in times))
     if any(t < 0 or t > int(steps) for t in times):
         raise SpectralError(f"times={list(times)}: each time must lie in 0..steps={int(steps)} (GD steps of the run).")
-    from dmft.solve import _problem_setting
+    from dmft.solve import _jitter, _problem_setting
 
     # the full setting, on every path (the no-bracket result had setting={}); key and problem make it rerunnable
     setting = dict(grid=grid.tolist(), lr=float(np.asarray(lr).mean()), lr_schedule=np.asarray(lr).tolist(),
@@ -437,13 +441,14 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
                    convention=convention, d=d, stationarity_tol=stationarity_tol, level=negative_level(problem, level),
                    criterion=_criterion(problem, level, min_cosine2), min_cosine2=min_cosine2,
                    outlier_solver=outlier_solver_defaults(), **_problem_setting(problem, key),
+                   chol_jitter=_jitter(chol_jitter),
                    repeat_keys="fold_in(key, r), r = 0 .. repeats-1 (r = 0 also runs the coarse sweep)")
     keys = [jax.random.fold_in(key, r) for r in range(repeats)]
     # one δ batch size for the coarse and the fine sweeps: one compilation of the DMFT program
     # (the shorter sweeps repeat their last δ: at most |len(grid) − refine| extra solves per sweep)
     batch = max(len(grid), int(refine))
     say(f"coarse δ sweep: {len(grid)} points x {len(times)} times")
-    coarse = margin_curve(problem, grid, lr=lr, steps=steps, times=times, paths=paths, key=keys[0],
+    coarse = margin_curve(problem, grid, lr=lr, steps=steps, times=times, paths=paths, key=keys[0], chol_jitter=chol_jitter,
                           convention=convention, d=d, level=level, pad_to=batch, **_cut(min_cosine2))
     brackets = np.array([_root_on_grid(grid, coarse.margin[:, j])[1:] for j in range(len(times))])
     upper = np.array([_upper_root_on_grid(grid, coarse.margin[:, j]) for j in range(len(times))])  # (T, 3)
@@ -482,7 +487,7 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
     fine_curves, fine_unstable = [], []
     for r, kr in enumerate(keys):
         say(f"refinement sweep {r + 1}/{repeats}: {len(fine)} points in [{lo:.4g}, {hi:.4g}]")
-        mc = margin_curve(problem, fine, lr=lr, steps=steps, times=times, paths=paths, key=kr,
+        mc = margin_curve(problem, fine, lr=lr, steps=steps, times=times, paths=paths, key=kr, chol_jitter=chol_jitter,
                           convention=convention, d=d, level=level, pad_to=batch, **_cut(min_cosine2))
         fine_curves.append(mc.margin.tolist())
         fine_unstable.append(mc.unstable_fraction.tolist())

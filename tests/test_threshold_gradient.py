@@ -159,3 +159,24 @@ def test_design_wiring_families_and_best_iterate(monkeypatch):
     assert r.best_step == 0 == int(np.argmin(d)) and r.best["delta_nn"] == min(d) < d[-1]
     assert "the best iterate is step 0" in r.message
     assert r.setting["key_data"] == [[0, 0], [0, 1]] and r.setting["family"] == "NoneType"
+
+
+def test_dynamic_route_matches_margin_curve_at_its_jitter():
+    """Session 50 user audit: the dynamic route's δ*(t) (1.24118) was not a root of margin_curve at the same key
+    (root 1.24223, 2048 paths, t = 20): the route runs the DMFT at Cholesky jitter 1e-8, margin_curve at 1e-13.
+    margin_curve / delta_star now take chol_jitter; at 1e-8 the route's root is a root of margin_curve."""
+    T = dmft.Teacher(link=lambda z, e: z[0] + z[1] ** 2 - 1.0, k=2, noise_dim=0)
+
+    def family(p):
+        return dmft.Problem(teacher=T, student=dmft.TwoLayer(activation=fam.SoftplusT(p["beta"]), width=2,
+                                                             second_layer=jnp.array([1.0, 0.5])),
+                            loss=fam.PseudoHuber(1.0), ridge=0.3, init=dmft.Init(q0=jnp.eye(2), overlap=jnp.zeros((2, 2))))
+
+    from spectral.threshold_gradient import DYNAMIC_CHOL_JITTER
+    from spectral.thresholds import margin_curve
+
+    res = threshold_gradient(family, dict(beta=jnp.asarray(1.0)), delta0=1.2, key=jax.random.key(0), paths=256,
+                             level="edge", route="dynamic", lr=0.5, steps=8)
+    mc = margin_curve(family(dict(beta=1.0)), [res.delta_nn], lr=0.5, steps=8, times=(8,), paths=256,
+                      key=jax.random.key(0), convention="strict", level="edge", chol_jitter=DYNAMIC_CHOL_JITTER)
+    assert abs(float(mc.margin[0, 0])) < 1e-6        # margin slope ≈ −0.2 per unit δ: the roots agree to ~5e-6
