@@ -510,8 +510,14 @@ def simulate_cmd(
                 typer.echo(f"\nerror: {exc}", err=True)
                 raise typer.Exit(2)
     for dim, sc in results.items():
-        where = (f"50% point {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f}" if np.isfinite(sc.delta_50) else
+        where = (f"50% point {sc.delta_50:.3f} ± {sc.delta_50_stderr:.3f} (interpolated)" if np.isfinite(sc.delta_50) else
                  f"no 50% point: {no_bracket_reason(sc.deltas, sc.success)}")
+        pr = sc.probit
+        if pr["status"] == "ok":
+            where += (f"; probit fit {pr['delta_50']:.3f}, {int(100 * pr['level'])}% interval "
+                      f"[{pr['ci'][0]:.3f}, {pr['ci'][1]:.3f}]")
+        elif pr["status"] == "separated":
+            where += f"; probit: separated, 50% point in [{pr['ci'][0]:.3g}, {pr['ci'][1]:.3g}]"
         typer.echo(f"d={dim}: success {sc.success.tolist()} at δ={g}; {where}")
     if plot is not None:
         import matplotlib
@@ -530,6 +536,9 @@ def simulate_cmd(
     if json_out is not None:
         fin = lambda v: float(v) if np.isfinite(v) else None      # strict JSON: null where the grid does not bracket 1/2
         payload = {str(dim): dict(success=sc.success.tolist(), delta_50=fin(sc.delta_50), delta_50_stderr=fin(sc.delta_50_stderr),
+                                  delta_50_method="linear interpolation between the bracketing grid points",
+                                  probit={**sc.probit, "delta_50": fin(sc.probit["delta_50"]), "stderr": fin(sc.probit["stderr"]),
+                                          "scale": fin(sc.probit["scale"]), "ci": [fin(v) for v in sc.probit["ci"]]},
                                   setting=sc.setting) for dim, sc in results.items()}
         # the command's own options (the per-d settings hold the simulation's): enough to rerun it
         payload["setting"] = dict(command="deltann simulate", target=target, activation=activation, width=width, loss=loss,

@@ -50,7 +50,7 @@ def test_delta_star_reports_a_window(monkeypatch):
     replaces the DMFT sweep (this checks the wiring, the benchmark checks the physics)."""
     import spectral.thresholds as th
 
-    def fake(problem, deltas, *, lr, steps, times, paths, key, convention, d, level, pad_to=None):
+    def fake(problem, deltas, *, lr, steps, times, paths, key, convention, d, level, pad_to=None, chol_jitter=None):
         x = np.asarray(deltas, float)
         marg = np.stack([(x - 3.0) * (x - 7.0) / 10 for _ in times], 1)   # < 0 on (3, 7)
         tr = np.tile(np.linspace(1.0, 0.5, steps + 1) ** 0, (len(x), 1))   # constant: stationary
@@ -495,3 +495,31 @@ def test_delta_star_names_a_diverging_gd_not_an_unbounded_law():
     assert r.status == "no-bracket" and "GD diverges" in r.message and "reduce lr" in r.message
     assert "unbounded" not in r.message
     assert np.all(np.isnan(r.coarse.margin)) and "GD diverges" in r.coarse.notes[0]
+
+
+def test_probit_fifty_percent_point_against_a_brute_force_likelihood():
+    """dmft.success.probit_fifty_percent_point against an independent grid maximization of the binomial probit
+    likelihood (μ on a 0.002 grid, s on a log grid): the MLE, and the profile interval's ends where
+    2 Δ log L = 3.84; separated and constant curves give their statuses."""
+    from scipy import stats
+
+    from dmft.success import probit_fifty_percent_point
+
+    x = np.array([1.0, 1.5, 2.0, 2.5, 3.0, 3.5])
+    k = np.array([0, 1, 2, 5, 7, 8])
+    res = probit_fifty_percent_point(x[::-1], (k / 8)[::-1], 8)          # order does not matter
+    mus = np.arange(1.0, 4.0, 0.002)
+    ss = np.exp(np.linspace(np.log(0.05), np.log(5.0), 400))
+    Z = (x[None, None, :] - mus[:, None, None]) / ss[None, :, None]
+    ll = np.sum(k * stats.norm.logcdf(Z) + (8 - k) * stats.norm.logsf(Z), axis=-1)
+    prof = ll.max(axis=1)
+    assert res["status"] == "ok"
+    assert abs(res["delta_50"] - mus[np.argmax(prof)]) < 0.004
+    inside = mus[2 * (prof.max() - prof) <= stats.chi2.ppf(0.95, 1)]
+    assert abs(res["ci"][0] - inside.min()) < 0.005 and abs(res["ci"][1] - inside.max()) < 0.005
+    assert res["stderr"] == pytest.approx((res["ci"][1] - res["ci"][0]) / (2 * 1.959964), rel=1e-6)
+    sep = probit_fifty_percent_point([1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 1.0, 1.0], 8)
+    assert sep["status"] == "separated" and sep["ci"] == (2.0, 3.0) and np.isnan(sep["delta_50"])
+    assert probit_fifty_percent_point([1.0, 2.0], [1.0, 1.0], 8)["status"] == "no-information"
+    with pytest.raises(dmft.ProblemError, match="fractions of 8 runs"):
+        probit_fifty_percent_point([1.0, 2.0], [0.3, 1.0], 8)
