@@ -63,23 +63,17 @@ class LanczosResult(eqx.Module):
     deflation_passes: jax.Array = None
 
 
-def _inverse_iteration(a, b, theta, scale, iters=3, x=None, basis=None, mates=None):
+def _inverse_iteration(a, b, theta, scale, x=None, iters=3):
     """Unit eigenvector of the symmetric tridiagonal (diag ``a``, off-diag ``b``) for the
-    eigenvalue ``theta``, by shifted inverse iteration (O(K) tridiagonal solves). Within a cluster of
-    (nearly) equal eigenvalues every shift converges to the same vector; LAPACK's ``stein`` remedy: each
-    iterate is orthogonalized against the cluster mates already computed (columns of ``basis`` where
-    ``mates``), so the cluster gets an orthonormal basis of its invariant subspace."""
+    eigenvalue ``theta``, by shifted inverse iteration (O(K) tridiagonal solves) from ``x``."""
     K = a.shape[0]
+    if x is None:
+        x = jnp.ones(K, a.dtype) + 1e-3 * jnp.sin(jnp.arange(K, dtype=a.dtype))
     dl = jnp.concatenate([jnp.zeros(1, a.dtype), b])
     du = jnp.concatenate([b, jnp.zeros(1, a.dtype)])
     shift = theta + 1e-13 * scale
-    if x is None:
-        x = jnp.ones(K, a.dtype) + 1e-3 * jnp.sin(jnp.arange(K, dtype=a.dtype))
     for _ in range(iters):
         x = jax.lax.linalg.tridiagonal_solve(dl, a - shift, du, x[:, None])[:, 0]
-        if basis is not None:
-            for _ in range(2):
-                x = x - basis @ (jnp.where(mates, basis.T @ x, 0.0))
         x = x / jnp.linalg.norm(x)
     return x
 
@@ -88,19 +82,25 @@ CLUSTER = 1e-3  # Ritz values closer than CLUSTER·‖T‖ get mutually orthogon
 
 
 def _cluster_vectors(a, b, th, scale):
-    """Eigenvectors of the tridiagonal for the eigenvalues ``th`` (k,), one after another, each
-    orthogonalized against the earlier ones of its cluster (``_inverse_iteration``); distinct start vectors
-    per index so that a multiple eigenvalue's copies start apart. Before (session 50): a triple eigenvalue
+    """Eigenvectors of the tridiagonal for the eigenvalues ``th`` (k,): inverse iteration (vmapped) from a start
+    vector that differs per index, then Gram–Schmidt of each vector against the earlier ones of its cluster
+    (as S L^{-T}, L the Cholesky factor of the cluster-masked Gram matrix: one small factorization; a
+    sequential loop cost 2 s of compile time inside the Lanczos loop). Within a cluster of (nearly) equal eigenvalues every shift amplifies the whole invariant subspace
+    alike, so distinct starts give independent vectors of it and the Gram–Schmidt an orthonormal basis
+    (LAPACK ``stein`` re-orthogonalizes clusters the same way). Before (session 50): a triple eigenvalue
     found three times returned one vector three times (Gram off-diagonal 0.99999999)."""
     K, k = a.shape[0], th.shape[0]
     ar = jnp.arange(K, dtype=a.dtype)
+    starts = (jnp.ones((k, K), a.dtype) + 1e-3 * jnp.sin(ar)[None, :]
+              + 0.5 * jnp.sin((jnp.arange(k, dtype=a.dtype)[:, None] + 1.0) * 0.61 * (ar[None, :] + 1.0)))
+    S = jax.vmap(lambda t, x0: _inverse_iteration(a, b, t, scale, x0), out_axes=1)(th, starts)
 
-    def one(i, S):
-        x0 = jnp.ones(K, a.dtype) + 1e-3 * jnp.sin(ar) + 0.5 * jnp.sin((i + 1.0) * 0.61 * (ar + 1.0))
-        mates = (jnp.arange(k) < i) & (jnp.abs(th - th[i]) <= CLUSTER * scale)
-        return S.at[:, i].set(_inverse_iteration(a, b, th[i], scale, x=x0, basis=S, mates=mates))
-
-    return jax.lax.fori_loop(0, k, one, jnp.zeros((K, k), a.dtype))
+    # clusters: runs of consecutive θ (each end is sorted) closer than CLUSTER·‖T‖; within each, Gram–Schmidt
+    # as a Cholesky factorization of the cluster-masked Gram matrix (block diagonal, so positive definite)
+    cid = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(jnp.abs(jnp.diff(th)) > CLUSTER * scale).astype(jnp.int32)])
+    G = (S.T @ S) * (cid[:, None] == cid[None, :]) + 1e-14 * jnp.eye(k, dtype=S.dtype)
+    L = jnp.linalg.cholesky(G)
+    return jax.lax.linalg.triangular_solve(L, S, left_side=False, lower=True, transpose_a=True)
 
 
 def _sturm_counts(a, b2, xs, unroll: int = 8):
