@@ -102,7 +102,7 @@ def probit_fifty_percent_point(deltas, success, seeds, level: float = 0.95) -> d
     "ok"), ``ci`` = (lo, hi) at ``level`` (2 Δ log L ≤ χ²₁ quantile; an end beyond the grid by more than its span
     is ±inf), ``stderr`` = (hi − lo)/(2 z) (nan when an end is open), ``scale`` s, and ``status``: "ok";
     "separated" (every δ below some point has no success and every δ above has all: μ is only known to lie in
-    the gap, given as ``ci``, and s → 0); "no-information" (the same fraction 0 or 1 everywhere)."""
+    the gap, given as ``ci``, and s → 0); "no-information" (the same fraction 0 or 1 everywhere, or one δ)."""
     from scipy import optimize, stats
 
     if not 0.0 < float(level) < 1.0:
@@ -116,7 +116,7 @@ def probit_fifty_percent_point(deltas, success, seeds, level: float = 0.95) -> d
         raise ProblemError(f"success must be fractions of {seeds} runs (k/{seeds}); got {p.tolist()}.")
     out = dict(delta_50=float("nan"), ci=(float("nan"), float("nan")), stderr=float("nan"), scale=float("nan"),
                level=float(level), model="probit Φ((δ − μ)/s), binomial likelihood, profile interval")
-    if np.all(k == 0) or np.all(k == n):
+    if np.all(k == 0) or np.all(k == n) or x.size < 2:     # one δ: location and scale are not both identified
         return dict(out, status="no-information")
     if np.all((k == 0) | (k == n)) and x[k == 0].max() < x[k == n].min():
         return dict(out, status="separated", ci=(float(x[k == 0].max()), float(x[k == n].min())))

@@ -521,5 +521,6 @@ def test_probit_fifty_percent_point_against_a_brute_force_likelihood():
     sep = probit_fifty_percent_point([1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 1.0, 1.0], 8)
     assert sep["status"] == "separated" and sep["ci"] == (2.0, 3.0) and np.isnan(sep["delta_50"])
     assert probit_fifty_percent_point([1.0, 2.0], [1.0, 1.0], 8)["status"] == "no-information"
+    assert probit_fifty_percent_point([2.0], [0.5], 8)["status"] == "no-information"      # one δ (was a scipy error)
     with pytest.raises(dmft.ProblemError, match="fractions of 8 runs"):
         probit_fifty_percent_point([1.0, 2.0], [0.3, 1.0], 8)
