@@ -467,42 +467,39 @@ def _initial_fields(problem: Problem, z, g):
     return g @ jnp.linalg.cholesky(jnp.asarray(problem.init.q0)).T + z @ problem.init.overlap
 
 
-def _probe_link(teacher):
-    """Call the link once on numpy zeros of the declared sizes (z: (k,), eps: (noise_dim,)). Under JAX an index
-    past the end is clamped silently (z[1] with k = 1 reads z[0]: a user audit found such a teacher running
-    with wrong labels); numpy raises, so the mistake is named here. Other failures of this eager call (a link
-    that needs JAX arrays) are left to the compiled check that follows."""
+def _probe_numpy(fn, args, name: str, sizes: str, fix: str, one: str, shape: str):
+    """Call a user map once on numpy arrays: under JAX an index past the end is clamped silently, numpy raises,
+    so the mistake is named here (``IndexError`` → :class:`ProblemError` saying ``sizes`` and ``fix``); a
+    non-scalar output is named too. Other failures of this eager call (a map that needs JAX arrays) are left to
+    the compiled checks that follow."""
     try:
-        out = teacher.link(np.zeros(teacher.k), np.zeros(teacher.noise_dim))
+        out = fn(*args)
     except IndexError as exc:
-        raise ProblemError(f"Teacher.link indexes its inputs beyond their declared sizes (z has k = {teacher.k} "
-                           f"entries, eps has noise_dim = {teacher.noise_dim}): {exc}. Fix k / noise_dim or the "
-                           "link (noise_dim = 0 means a noiseless link that must not read eps).") from exc
+        raise ProblemError(f"{name} indexes its inputs beyond their {sizes}: {exc}. {fix}") from exc
     except Exception:
         return
     if np.size(out) != 1:
-        raise ProblemError(f"Teacher.link must return one label per sample (a scalar); it returned shape "
-                           f"{np.shape(out)} for z of shape ({teacher.k},).")
+        raise ProblemError(f"{name} must return {one} (a scalar); it returned shape {np.shape(out)} for {shape}.")
+
+
+def _probe_link(teacher):
+    """The link on numpy zeros of the declared sizes (z: (k,), eps: (noise_dim,)): a user audit found z[1] with
+    k = 1 reading z[0], a teacher running with wrong labels."""
+    _probe_numpy(teacher.link, (np.zeros(teacher.k), np.zeros(teacher.noise_dim)), "Teacher.link",
+                 f"declared sizes (z has k = {teacher.k} entries, eps has noise_dim = {teacher.noise_dim})",
+                 "Fix k / noise_dim or the link (noise_dim = 0 means a noiseless link that must not read eps).",
+                 "one label per sample", f"z of shape ({teacher.k},)")
 
 
 def _probe_readout(student):
-    """The readout's counterpart of :func:`_probe_link`: a user ``readout(r, a)`` called once on numpy zeros
-    r (width,) and the numpy second layer, so an index past either (clamped silently under JAX) raises here.
-    Session 50 user audit: a readout reading a[2] with a of length 2 ran as a[1], and r[3] with width 3 ran as
-    r[2], in both simulate and solve, with no message."""
+    """A user ``readout(r, a)`` on numpy zeros r (width,) and the numpy second layer. Session 50 user audit: a
+    readout reading a[2] with a of length 2 ran as a[1], and r[3] with width 3 ran as r[2], in both simulate
+    and solve, with no message."""
     if student.readout is None or not _is_concrete(student.second_layer):
         return
-    try:
-        out = student.readout(np.zeros(student.width), np.asarray(student.second_layer))
-    except IndexError as exc:
-        raise ProblemError(f"TwoLayer.readout indexes its inputs beyond their sizes (r has width = {student.width} "
-                           f"entries, a has {np.size(student.second_layer)}): {exc}. Fix width / second_layer or the "
-                           "readout.") from exc
-    except Exception:
-        return
-    if np.size(out) != 1:
-        raise ProblemError(f"TwoLayer.readout must return one output per sample (a scalar); it returned shape "
-                           f"{np.shape(out)} for r of shape ({student.width},).")
+    _probe_numpy(student.readout, (np.zeros(student.width), np.asarray(student.second_layer)), "TwoLayer.readout",
+                 f"sizes (r has width = {student.width} entries, a has {np.size(student.second_layer)})",
+                 "Fix width / second_layer or the readout.", "one output per sample", f"r of shape ({student.width},)")
 
 
 @eqx.filter_jit
