@@ -217,7 +217,7 @@ def simulate(
                    test_samples=int(test_samples), random_overlap=bool(random_overlap),
                    dtype=jnp.dtype(dtype).name, teacher_basis="first k coordinate axes",
                    freeze_hard=list(hard) if hard else False, save_weights_at=list(save_at))
-    setting["failure"] = _failure_record(obs, steps)
+    setting["failure"] = _failure_record(obs)
     return SimulationResult(
         train_error_seeds=obs["train"],
         test_error_seeds=obs["test"],
@@ -233,7 +233,7 @@ def simulate(
     )
 
 
-def _failure_record(obs, steps):
+def _failure_record(obs):
     """Seeds whose train or test error became non-finite or blew up (``dmft.solve.divergence_step``), with a
     warning that names the likely cause; None when every seed stayed finite. Session 50 audit: a diverging run
     (train error inf then NaN from step 2) and NaN labels on rare inputs (NaN at every step) were returned

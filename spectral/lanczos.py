@@ -63,12 +63,10 @@ class LanczosResult(eqx.Module):
     deflation_passes: jax.Array = None
 
 
-def _inverse_iteration(a, b, theta, scale, x=None, iters=3):
+def _inverse_iteration(a, b, theta, scale, x, iters=3):
     """Unit eigenvector of the symmetric tridiagonal (diag ``a``, off-diag ``b``) for the
     eigenvalue ``theta``, by shifted inverse iteration (O(K) tridiagonal solves) from ``x``."""
     K = a.shape[0]
-    if x is None:
-        x = jnp.ones(K, a.dtype) + 1e-3 * jnp.sin(jnp.arange(K, dtype=a.dtype))
     dl = jnp.concatenate([jnp.zeros(1, a.dtype), b])
     du = jnp.concatenate([b, jnp.zeros(1, a.dtype)])
     shift = theta + 1e-13 * scale

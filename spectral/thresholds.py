@@ -74,6 +74,8 @@ class MarginCurve:
     # outlier's own margin is kept here
     min_cosine2: Optional[float] = None
     outlier_margin: Optional[np.ndarray] = None
+    # (D,) first step at which GD diverges (``dmft.solve.divergence_step``; −1: never): margins from then on are nan
+    diverged_step: Optional[np.ndarray] = None
 
 
 def _slice(traj, i):
@@ -149,17 +151,15 @@ def margins_from_sweep(problem, traj, deltas, times, *, convention="finite-n", d
                                outlier_options=outlier_options)[:5]
 
 
-DIVERGENCE_NOTE = "1e6 ×"
-
-
 def _margins_from_sweep(problem, traj, deltas, times, *, convention, d, side, level, outlier_options=None):
-    """:func:`margins_from_sweep` plus (D, T) flags: the untruncated law is unbounded below."""
+    """:func:`margins_from_sweep` plus (D, T) flags: the untruncated law is unbounded below, and (D,) the step at
+    which each δ's GD diverges (−1: never)."""
     D, T = len(deltas), len(times)
     margin, ev, edge, cos2 = (np.full((D, T), np.nan) for _ in range(4))
     unb = np.zeros((D, T), bool)
     notes = []
     failed = np.asarray(traj.failed_step).reshape(-1) if getattr(traj, "failed_step", None) is not None else None
-    from dmft.solve import divergence_step
+    from dmft.solve import DIVERGENCE_FACTOR, divergence_step
 
     diverged = divergence_step(np.asarray(traj.train_error)[:D])
     for i, dv in enumerate(np.asarray(deltas, float)):
@@ -171,7 +171,7 @@ def _margins_from_sweep(problem, traj, deltas, times, *, convention, d, side, le
             if 0 <= diverged[i] <= t:
                 # a law of D from a blown-up state looks unbounded; its margin (±inf) is not a threshold
                 # (session 50 audit: lr = 40 gave train error 1e21 and the hint "D unbounded, use finite-n")
-                notes.append(f"delta={dv:.4g}, t={t}: GD diverges (train error above {DIVERGENCE_NOTE} its initial "
+                notes.append(f"delta={dv:.4g}, t={t}: GD diverges (train error above {DIVERGENCE_FACTOR:g} × its initial "
                              f"value from step {int(diverged[i])}: the step lr is above 2/λ_max); margin left nan")
                 continue
             law, unb[i, j] = _law_at(problem, tri, t, dv, convention, d)
@@ -188,7 +188,7 @@ def _margins_from_sweep(problem, traj, deltas, times, *, convention, d, side, le
             ev[i, j] = float(res.eigenvalue)
             edge[i, j] = float(res.edge)
             cos2[i, j] = float(res.cosine2)
-    return margin, ev, edge, cos2, notes, unb
+    return margin, ev, edge, cos2, notes, unb, diverged
 
 
 def cosine_cut_margin(margin, cosine2, c: float):
@@ -250,14 +250,14 @@ def margin_curve(problem, deltas, *, lr, steps: int, times, paths: int, key, con
     run = padded_grid(deltas, pad_to)
     traj = dmft.solve_sweep(problem, jnp.asarray(run), lr=lr, steps=steps, paths=paths, key=key,
                             save_samples_at=times, chol_jitter=chol_jitter)
-    margin, ev, edge, cos2, notes, unb = _margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d,
+    margin, ev, edge, cos2, notes, unb, diverged = _margins_from_sweep(problem, traj, deltas, times, convention=convention, d=d,
                                                              side=side, level=level)
     crit = margin if min_cosine2 is None else cosine_cut_margin(margin, cos2, min_cosine2)
     return MarginCurve(deltas=deltas, times=times, margin=crit, eigenvalue=ev, edge=edge, cosine2=cos2,
                        train_error=np.asarray(traj.train_error)[:n], test_error=np.asarray(traj.test_error)[:n],
                        convention=convention, notes=notes,
                        unstable_fraction=np.asarray(jnp.max(traj.unstable_fraction, axis=-1))[:n], unbounded_bottom=unb,
-                       min_cosine2=min_cosine2, outlier_margin=margin)
+                       min_cosine2=min_cosine2, outlier_margin=margin, diverged_step=diverged)
 
 
 def _criterion(problem, level, min_cosine2=None):
@@ -464,12 +464,12 @@ def delta_star(problem, *, grid, lr, steps: int, times, paths: int, key, convent
         if convention == "strict" and np.all(np.isinf(coarse.margin)):
             hint = ("the support of D is unbounded below, so the strict limit has no edge and no outlier; use "
                     "convention='finite-n' with the dimension d")
-        from dmft.solve import divergence_step
+        from dmft.solve import DIVERGENCE_FACTOR
 
-        div = divergence_step(coarse.train_error)
+        div = np.full(len(grid), -1) if coarse.diverged_step is None else coarse.diverged_step
         if np.any((div >= 0) & (div <= max(times))):
             bad = [f"{dv:.3g}" for dv, st in zip(grid, div) if 0 <= st <= max(times)]
-            hint = (f"GD diverges at δ = {', '.join(bad)} (the train error leaves 1e6 × its initial value by step "
+            hint = (f"GD diverges at δ = {', '.join(bad)} (the train error leaves {DIVERGENCE_FACTOR:g} × its initial value by step "
                     f"{int(div[div >= 0].min())}; last {float(coarse.train_error[div >= 0][0, -1]):.3g}): lr = {float(np.mean(lr)):g} "
                     "is above 2/λ_max of the Hessian there, and the margins of a blown-up state mean nothing; reduce lr")
         return DeltaStarResult(times=times, delta_star=np.full(len(times), np.nan),
