@@ -463,14 +463,15 @@ def delta_nn(
 
 
 @app.command("simulate")
-def simulate_cmd(
-    target: str = typer.Option("phase-retrieval"),
-    activation: str = typer.Option("quadratic"),
-    width: int = typer.Option(4),
-    loss: str = typer.Option("square"),
-    init_scale: float = typer.Option(1.0),
-    train_second_layer: bool = typer.Option(True, "--train-second-layer/--frozen-second-layer"),
-    power: float = typer.Option(2.0),
+def simulate_cmd(   # the options that define the problem have delta-nn's defaults: the same command line is the same setting
+    target: str = typer.Option("phase-retrieval", help=f"teacher: {', '.join(TARGETS)}"),
+    activation: str = typer.Option("quadratic", help=f"{', '.join(ACTIVATION_NAMES)} or module:function"),
+    width: int = typer.Option(1, help="student width m (default as delta-nn; was 4 before session 51)"),
+    loss: str = typer.Option("square", help="square or huber[:width]"),
+    init_scale: float = typer.Option(1.0, help="rows of sqrt(d) W0 ~ N(0, init_scale^2 I)"),
+    train_second_layer: bool = typer.Option(False, "--train-second-layer/--frozen-second-layer",
+                                            help="default frozen, as delta-nn (was trained before session 51)"),
+    power: float = typer.Option(2.0, help="p for relu-power"),
     lr: float = typer.Option(0.1),
     steps: int = typer.Option(2000),
     grid: str = typer.Option("1.5,2,2.5,3,4,5"),

@@ -426,11 +426,23 @@ def sample_grad_a(problem: Problem, y, r, a):
     return jax.grad(problem.sample_loss, argnums=2)(y, r, a)
 
 
+def is_traced(tree) -> bool:
+    """Whether any leaf of ``tree`` (e.g. a :class:`Problem`) is a JAX tracer: a problem built inside
+    ``jax.vmap`` / ``jax.jit`` from traced parameters, whose maps cannot be evaluated before the run."""
+    return any(not _is_concrete(x) for x in jax.tree_util.tree_leaves(tree))
+
+
 def check_finite_maps(problem: Problem, key=None, samples: int = 256):
     """Evaluate link, readout, loss and their derivatives on Gaussian inputs at the initial
-    state; raise :class:`ProblemError` naming which returned non-finite values."""
-    z, eps, g = _initial_draws(problem, jax.random.key(7) if key is None else key, samples)
-    y, checks = _finite_map_values(problem, z, eps, g)
+    state; raise :class:`ProblemError` naming which returned non-finite values. Under a caller's
+    ``jax.jit`` / ``jax.vmap`` over δ or lr the (concrete) problem is checked at trace time
+    (``jax.ensure_compile_time_eval``; session 51 audit: it raised ``TracerArrayConversionError``); a
+    problem whose own parameters are traced cannot be evaluated and is not checked (returns False)."""
+    if is_traced(problem):
+        return False
+    with jax.ensure_compile_time_eval():
+        z, eps, g = _initial_draws(problem, jax.random.key(7) if key is None else key, samples)
+        y, checks = _finite_map_values(problem, z, eps, g)
     if not np.all(np.isfinite(np.asarray(y))):
         raise ProblemError(
             "Teacher.link returned non-finite labels on Gaussian inputs "
@@ -444,6 +456,7 @@ def check_finite_maps(problem: Problem, key=None, samples: int = 256):
                 f"({int(np.sum(~np.isfinite(v)))} entries); check the activation, readout and loss "
                 "(e.g. a log or division at 0, or a kink where a second derivative is needed)."
             )
+    return True
 
 
 @eqx.filter_jit
@@ -544,10 +557,16 @@ def response_jumps(problem: Problem, key=None, points: int = 8) -> float:
     mismatch O(h³), h = 0.002; a step of the curvature alone, O(h)). Measured (phase retrieval, m = 2,
     square loss): ReLU 0.78, the absolute loss 0.66 (jumps); relu² 6e-4, Huber 5e-5 (curvature steps);
     gelu, tanh, erf, softplus, silu, quadratic < 3e-9. Above ``JUMP_TOL`` the DMFT entry points warn
-    (:func:`warn_if_response_jumps`)."""
+    (:func:`warn_if_response_jumps`). Under a caller's ``jax.jit`` / ``jax.vmap`` over δ or lr it is evaluated
+    at trace time (the problem is concrete); for a problem whose own parameters are traced it returns nan
+    (not checked: call it on a concrete problem of the family)."""
+    if is_traced(problem):
+        return float("nan")
+
     def compute():
-        return float(_response_jump_values(problem, *_initial_draws(problem, jax.random.key(11) if key is None else key,
-                                                                    points)))
+        with jax.ensure_compile_time_eval():
+            return float(_response_jump_values(problem, *_initial_draws(problem, jax.random.key(11) if key is None else key,
+                                                                        points)))
 
     return _memoized(_JUMP_CACHE, _problem_memo(problem, points) if key is None else None, compute)
 

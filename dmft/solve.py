@@ -100,7 +100,7 @@ class Trajectory(eqx.Module):
     max_step_curvature: jax.Array
     unstable_fraction: jax.Array
     factor_residual: jax.Array
-    setting: Optional[dict] = None
+    setting: Optional[dict] = eqx.field(static=True, default=None)   # static: strings and numbers pass jit / vmap
 
     @property
     def steps(self) -> int:
@@ -236,11 +236,20 @@ def _psd_part_jvp(primals, tangents):
 
 @jax.custom_jvp
 def _sqrt_factor(C):
-    """A factor ``F = V √max(Λ, 0)`` with ``F Fᵀ = C`` (the one the solver has always used for
-    fresh samples). Tangent: ``dF = dS V`` with ``S = V √Λ Vᵀ`` the symmetric root (a smooth
-    family of factors through F; the eigenvector choice at degenerate C is held fixed)."""
+    """The symmetric square root ``S = V √max(Λ, 0) Vᵀ`` of a symmetric PSD ``C`` (``S Sᵀ = C``): the factor
+    that turns iid N(0, I) draws into the fresh field N(0, C) of the test-error estimator. Its JVP is the
+    Daleckii–Krein formula ``(√λ_i + √λ_j) (Vᵀ dS V)_ij = (Vᵀ dC V)_ij``, the exact derivative of this
+    function, also at degenerate eigenvalues (e.g. ``Q_0 = I``).
+
+    Why the symmetric root (session 51 user audit). Until then the forward pass used ``F = V √Λ`` (LAPACK's
+    eigenvectors) while the JVP was that of ``S V₀``: a valid factor of the same law, but not the function
+    evaluated, so ``jax.jvp`` of ``Trajectory.test_error`` for width m ≥ 2 disagreed with central differences
+    of the same estimator at the same key (staircase, m = 2, 512 paths: −0.138 against −0.019), and
+    ``F`` itself is not differentiable where eigenvalues coincide (its eigenvectors are arbitrary there).
+    ``S`` has the same law ``S ξ ~ N(0, C)``, so test errors move only within their Monte Carlo error
+    (m = 1: unchanged, S = F)."""
     ev, V = jnp.linalg.eigh(C)
-    return V * jnp.sqrt(jnp.maximum(ev, 0.0))
+    return (V * jnp.sqrt(jnp.maximum(ev, 0.0))) @ V.T
 
 
 @_sqrt_factor.defjvp
@@ -249,8 +258,8 @@ def _sqrt_factor_jvp(primals, tangents):
     ev, V = jnp.linalg.eigh(C)
     rt = jnp.sqrt(jnp.maximum(ev, 0.0))
     den = rt[:, None] + rt[None, :]
-    K = jnp.where(den > 0, 1.0 / jnp.where(den > 0, den, 1.0), 0.0)   # dS: (√λ_i + √λ_j) dS_ij = (Vᵀ dC V)_ij
-    return V * rt, V @ (K * (V.T @ dC @ V))
+    K = jnp.where(den > 0, 1.0 / jnp.where(den > 0, den, 1.0), 0.0)   # (√λ_i + √λ_j) (Vᵀ dS V)_ij = (Vᵀ dC V)_ij
+    return (V * rt) @ V.T, V @ (K * (V.T @ dC @ V)) @ V.T
 
 
 @eqx.filter_jit
@@ -582,6 +591,7 @@ def solve(
     jit_ = _jitter(chol_jitter)
     nt = _test_samples(test_samples)
     traj = _solve_core(problem, delta_a, lr_a, key, int(steps), int(paths), hard, save_at, jit_, nt, groups)
+    traj = _nan_if_invalid_traced(traj, problem, delta_a, lr_a)
     setting = dict(
         delta=_maybe_float(delta), lr=_maybe_float(lr), steps=int(steps), paths=int(paths),
         **_problem_setting(problem, key), response_jump=jump,
@@ -624,6 +634,23 @@ def warn_if_unfaithful(traj: Trajectory):
             warnings.warn(f"DMFT{where}: from step {b[0]} values are unreliable: " + _breakdown_hint(b),
                           RuntimeWarning, stacklevel=3)
             return
+
+
+def _nan_if_invalid_traced(traj: Trajectory, problem: Problem, delta, lr) -> Trajectory:
+    """Inside a caller's ``jit`` / ``vmap`` δ, lr and the problem's parameters cannot be checked before the run
+    (:func:`_validate` refuses concrete bad values). There an invalid value — δ ≤ 0, an lr ≤ 0 at some step,
+    a negative ridge, or any of them non-finite — makes every output NaN and ``failed_step`` 0, instead of
+    finite numbers that look valid (session 51 audit: δ = −1 gave a train error of 5e87 with failed_step −1,
+    lr = −0.3 a plausible 1.53, ridge = −1 a plausible 1.66)."""
+    vals = [delta, lr, problem.ridge, problem.ridge_second]
+    if not any(isinstance(v, Tracer) for v in vals):
+        return traj
+    bad = ~(jnp.isfinite(delta) & (delta > 0)) | jnp.any(~(jnp.isfinite(lr) & (lr > 0)))
+    for r in (problem.ridge, problem.ridge_second):
+        bad = bad | jnp.any(~(jnp.isfinite(r) & (jnp.asarray(r) >= 0)))
+    nan = lambda x: jnp.where(bad, jnp.nan, x) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x  # noqa: E731
+    out = jax.tree_util.tree_map(nan, traj)
+    return dataclasses.replace(out, failed_step=jnp.where(bad, 0, traj.failed_step))
 
 
 def _checked(traj: Trajectory, throw: bool) -> Trajectory:
@@ -703,7 +730,8 @@ def raise_if_failed(traj: Trajectory):
     if step == 0:   # nothing has moved yet: the problem's maps, not lr (session 50 audit: NaN labels on rare inputs)
         why = (" At step 0 nothing has moved yet, so lr is not the cause: some label, output or loss derivative is "
                "non-finite on the sampled inputs (e.g. a link that returns NaN beyond |z| = 3.5, which the 256 draws of "
-               "check_finite_maps miss): run dmft.check_finite_maps(problem, samples=10**6).")
+               "check_finite_maps miss): run dmft.check_finite_maps(problem, samples=10**6). Inside jit / vmap, an "
+               "invalid traced input gives the same (δ ≤ 0, an lr ≤ 0, a negative ridge, or a non-finite one).")
     where = "" if fs.ndim == 0 else f" for sweep point {tuple(int(x) for x in np.unravel_index(i, fs.shape))}"
     fix = "" if step == 0 else " reduce lr, check the loss/activation growth, or shorten steps."
     raise DMFTError(f"DMFT kernels became non-finite{where} at step {step} (overflow or NaN in g, Γ, C_g or C_θ):"

@@ -479,10 +479,10 @@ def stationary_sweep(problem: Problem, deltas, *, paths: int = 8192, key=None, s
 
 
 def _start_record(start) -> object:
-    """How the fixed point was started (it can change which one is found): 'default' (Q_0, V = 0, M^0, a^0), the
+    """How the fixed point was started (it can change which one is found): 'default' (Q_0, V = I/δ, M^0, a^0), the
     Warmup's parameters, or 'user dict'."""
     if start is None:
-        return "default_start (Q = Q_0, V = 0, M = M^0, a = a^0)"
+        return "default_start (Q = Q_0, V = I/δ, M = M^0, a = a^0)"
     if isinstance(start, Warmup):
         return dict(warmup=dict(lr=_f(start.lr), steps=int(start.steps), paths=int(start.paths),
                                 key="fold_in(key, 7)"))

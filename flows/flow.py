@@ -286,7 +286,6 @@ def residual_ncf(model, w, mask, X, y, loss="square", starts: int = 16, key=None
     """max over unit u supported on Z of rᵀ[H(X; w + u) − H(X; w)], r = −∂_pℓ(H(X; w), y): the
     NCF of the zero (pruned) units at a saddle w (two-layer: exactly L-homogeneous in u_Z).
     > 0 means an escape direction along Z exists even when the Hessian is degenerate there."""
-    from .kkt import _ascent
     from .ncf import get_loss
     X = jnp.asarray(X, dtype=jnp.float64)
     y = jnp.asarray(y, dtype=jnp.float64)
@@ -297,8 +296,18 @@ def residual_ncf(model, w, mask, X, y, loss="square", starts: int = 16, key=None
         return float("nan")
     H0 = model(w, X)
     r = -jax.vmap(jax.grad(get_loss(loss), argnums=0))(H0, y)
-    f = lambda z: jnp.dot(r, model(unravel(flat.at[idx].add(z)), X) - H0)
     key = jax.random.PRNGKey(11) if key is None else key
     Z0 = jax.random.normal(key, (starts, idx.size))
-    U, n, res, done, it = jax.jit(_ascent, static_argnums=(0, 3))(f, Z0, 1e-9, 5000)
+    U, n, res, done, it = _residual_ascent(model, w, idx, X, r, H0, Z0, 1e-9, 5000)
     return float(jnp.max(n))
+
+
+@eqx.filter_jit
+def _residual_ascent(model, w, idx, X, r, H0, Z0, tol, max_iter):
+    """The NCF ascent of :func:`residual_ncf` as one program per (model, shapes): a closure built per call
+    and passed to ``jax.jit`` as a static argument recompiled on every call, identical ones included
+    (session 51 audit: ~1 s a call, inside every ``first_saddle``)."""
+    from .kkt import _ascent
+
+    flat, unravel = ravel_pytree(w)
+    return _ascent(lambda z: jnp.dot(r, model(unravel(flat.at[idx].add(z)), X) - H0), Z0, tol, max_iter)

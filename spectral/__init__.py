@@ -18,7 +18,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from ._errors import (MAX_ITERS, NO_EDGE, NO_OUTLIER, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT,  # noqa: E402
+from ._errors import (INVALID_DELTA, MAX_ITERS, NO_EDGE, NO_OUTLIER, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT,  # noqa: E402
                       WRONG_BRANCH, SpectralError, message)
 from .finite_state import StateOutlier, hard_outlier_at_state  # noqa: E402
 from .matrix_model import MatrixModelDraws, matrix_model  # noqa: E402
@@ -43,7 +43,7 @@ from .stieltjes import (EdgeResult, StieltjesResult, bulk_edge, density, fixed_p
 
 __all__ = [
     "SpectralError", "message", "SUCCESS", "MAX_ITERS", "WRONG_BRANCH", "NO_EDGE", "NO_OUTLIER",
-    "UNBOUNDED_SUPPORT", "NONFINITE",
+    "UNBOUNDED_SUPPORT", "NONFINITE", "INVALID_DELTA",
     "BlockLaw", "law_from_samples", "law_from_problem", "law_from_dmft", "sample_blocks", "stratify", "truncate",
     "detect_unbounded", "unbounded_through_labels", "unbounded_through_preactivations",
     "StieltjesResult", "EdgeResult", "stieltjes", "density", "bulk_edge", "EdgeLaw", "finite_n_edge_law", "fixed_point_map", "linearization",

@@ -19,6 +19,7 @@ NO_EDGE = 3            # no real solution below/above the support found (edge se
 NO_OUTLIER = 4         # no outlier on the requested side (not an error: a valid answer)
 UNBOUNDED_SUPPORT = 5  # the support is unbounded on that side (strict convention)
 NONFINITE = 6          # NaN/inf appeared
+INVALID_DELTA = 7      # a traced δ (inside jit / vmap) that is ≤ 0 or non-finite: it cannot be refused before the run
 
 MESSAGES = {
     SUCCESS: "success",
@@ -34,7 +35,21 @@ MESSAGES = {
                        "there is no edge and no outlier; use convention='finite-n' with n=... "
                        "for the truncated law",
     NONFINITE: "NaN or inf appeared in the computation",
+    INVALID_DELTA: "delta (= n/d) must be finite and > 0; inside jit / vmap a traced delta cannot be refused before "
+                   "the run, so this point's result is not valid: pass the sample ratio delta = n/d > 0",
 }
+
+
+def invalid_delta_status(status, delta):
+    """``status`` with :data:`INVALID_DELTA` where a traced δ is ≤ 0 or non-finite (session 51 audit: under
+    ``vmap`` δ = −1 came back as NO_EDGE, "the law may have unbounded support", which points at the wrong cause).
+    A concrete δ is refused before the run instead."""
+    import jax.numpy as jnp
+
+    if is_concrete(delta):
+        return status
+    d = jnp.asarray(delta)
+    return jnp.where(~(jnp.isfinite(d) & (d > 0)), INVALID_DELTA, status)
 
 
 def message(code) -> str:

@@ -271,6 +271,10 @@ def law_from_dmft(problem, traj, t, hard=None, unbounded="auto") -> BlockLaw:
     ``traj.samples[t]`` with ``z`` (N, k), ``y`` (N,), ``r`` (N, m), second layer
     ``traj.second_layer[t]``. ``hard``: teacher coordinates that are hard (default: the
     teacher's even coordinates)."""
+    if t not in traj.samples:
+        raise SpectralError(f"law_from_dmft: the trajectory holds no samples at step t = {t!r} (saved: "
+                            f"{sorted(traj.samples)}); run dmft.solve(..., save_samples_at=({t!r},)) to keep the effective "
+                            "process at that step.")
     smp = traj.samples[t]
     hard = problem.teacher.hard_coordinates() if hard is None else tuple(hard)
     z = jnp.asarray(smp.z if hasattr(smp, "z") else smp["z"])

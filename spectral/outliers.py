@@ -42,11 +42,13 @@ The equation is scanned only outside the bulk (inside it, real-axis sign changes
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status
+from ._errors import NO_OUTLIER, SUCCESS, UNBOUNDED_SUPPORT, SpectralError, check_status, invalid_delta_status
 from .law import BlockLaw, for_jit
 from .stieltjes import (PROBE_PATIENCE, PROBE_STEPS, _check_delta, _check_probe_options, _check_search, _far_point, _f,
                         _real_point,
@@ -308,5 +310,6 @@ def _outliers(law, delta, side, convention, n, tol, max_steps, damping, solver, 
     out = (_all_outliers_core_jit(*args, jnp.arange(hm), probe_patience, search) if every_branch
            else _outlier_core_jit(*args, 0, probe_patience, search))
     res = OutlierResult(*out, side=side, convention=conv, setting=setting)
+    res = dataclasses.replace(res, status=invalid_delta_status(res.status, delta))
     check_status(res.status, f"{what}(side={side!r})", throw, ok=(SUCCESS, NO_OUTLIER))
     return res

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._errors import (MAX_ITERS, NO_EDGE, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT, WRONG_BRANCH,
+from ._errors import (invalid_delta_status, MAX_ITERS, NO_EDGE, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT, WRONG_BRANCH,
                       SpectralError, check_status, is_concrete)
 from dmft.small_linalg import SMALL_MAX_M, eigvalsh_small, solve_small
 
@@ -229,7 +229,7 @@ def stieltjes(law: BlockLaw, lam, delta, eps=1e-3, *, tol=1e-10, max_steps=100, 
     out = StieltjesResult(S=S.reshape(shape + S.shape[1:]), lam=lam_b, eps=eps_b, delta=delta_b,
                           density=dens.reshape(shape), iterations=its.reshape(shape),
                           residual=res.reshape(shape), converged=conv.reshape(shape),
-                          status=status.reshape(shape),
+                          status=invalid_delta_status(status.reshape(shape), delta_b),
                           setting=dict(law=law.source, m=law.m, samples=law.size, solver=solver,
                                        tol=tol, stages=stages, damping=damping))
     check_status(out.status, "stieltjes", throw)
@@ -549,8 +549,8 @@ def bulk_edge(law: BlockLaw, delta, side="bottom", *, convention=None, n=None, t
     edge, S, rho, br, its, res, status, probes = _edge_core_jit(
         for_jit(law_used), jnp.asarray(delta, float), jnp.asarray(s), tol, max_steps, damping, solver, bisections,
         substeps, probe_steps, probe_patience, search)
-    out = EdgeResult(edge=edge, S=S, rho=rho, bracket=br, iterations=its, residual=res, status=status, probes=probes,
-                     side=side, convention=conv, setting=setting)
+    out = EdgeResult(edge=edge, S=S, rho=rho, bracket=br, iterations=its, residual=res,
+                     status=invalid_delta_status(status, delta), probes=probes, side=side, convention=conv, setting=setting)
     check_status(out.status, f"bulk_edge(side={side!r})", throw)
     return out
 

@@ -367,7 +367,7 @@ def test_cli_simulate_json_is_strict(tmp_path):
     """``deltann simulate``: a grid that never reaches 50% success gives null (not NaN, which is not JSON) and
     says so; the JSON carries the software provenance next to the per-d entries."""
     out = tmp_path / "s.json"
-    r = runner.invoke(app, ["simulate", "--steps", "5", "--grid", "2,4", "--d", "50", "--seeds", "2", "--json", str(out)])
+    r = runner.invoke(app, ["simulate", "--width", "4", "--train-second-layer", "--steps", "5", "--grid", "2,4", "--d", "50", "--seeds", "2", "--json", str(out)])
     assert r.exit_code == 0, r.output
     assert "no 50% point: success stays below 0.5 up to the largest δ = 4" in r.output
     text = out.read_text()
@@ -380,6 +380,22 @@ def test_cli_simulate_json_is_strict(tmp_path):
     commit = payload["provenance"]["deltann_commit"]
     assert commit is None or (len(commit) == 40 and isinstance(payload["provenance"]["deltann_dirty"], bool))
     assert "fold_in(jax.random.key(seed), d)" in payload["setting"]["keys"]     # no key(seed + d) collisions
+
+
+def test_cli_simulate_and_delta_nn_define_the_same_problem_by_default():
+    """Session 51 audit: ``simulate`` defaulted to width 4 and a trained second layer, ``delta-nn`` to width 1 and a
+    frozen one, so the same command line described two problems (issue #4: simulate runs GD "for the same setting")."""
+    import inspect
+
+    from dmft.cli import delta_nn, simulate_cmd
+
+    def defaults(f):
+        return {k: (v.default.default if hasattr(v.default, "default") else v.default)
+                for k, v in inspect.signature(f).parameters.items()}
+
+    a, b = defaults(delta_nn), defaults(simulate_cmd)
+    for name in ("target", "activation", "width", "loss", "init_scale", "train_second_layer", "power", "ridge"):
+        assert a[name] == b[name], name
 
 
 def test_strict_json_writes_null_for_non_finite_numbers():
