@@ -10,7 +10,12 @@ t·η = 40 (train error −2.2% over the last half: not converged), so the GD su
 1. **DMFT**: ``spectral.thresholds.delta_star`` at η = 0.5 for 300 steps (t·η up to 150; η = 1 is
    at the edge of stability here: the train error flips every step), independent keys; δ*(t) per
    time, the engine's stationarity verdict, and a weighted fit δ*(t) = c + b·log(t·η) over
-   t·η ≥ 20 (b > 0 resolved = aging, no limit on the horizon).
+   t·η ≥ 20 (b > 0 resolved = aging, no limit on the horizon). Since session 51 the times start at
+   t·η = 0.5 (grid from δ = 1): ``success_bounded`` reads the smallest δ*(t), the lower end of the δ where
+   the DMFT has a hard outlier at some time. Measured (3 keys × 2048 paths): δ*(t) rises monotonically,
+   1.83 ± 0.20, 1.92 ± 0.18, 2.02 ± 0.16, 2.11 ± 0.05, 2.16 ± 0.03, 2.19 ± 0.02, 2.27 ± 0.03, 2.26 ± 0.02,
+   2.32 ± 0.03, 2.36 ± 0.06, 2.44 ± 0.01 at t·η = 0.5, 1, 2, 4, 6, 10, 20, 40, 80, 120, 150; b = 0.112 ± 0.010
+   (the run before, times from t·η = 10: 0.072 ± 0.014; both resolved, aging).
 2. **Finite d**: GD with the hard rows frozen at M^0 = 0 (``dmft.simulate(..., freeze_hard=True)``,
    the manifold the d → ∞ first phase lives on; same η, checkpoints by ``save_weights_at``) at
    δ = 2, 2.5, 3 and t·η = 20, 80, 150; at each state ``spectral.hard_outlier_at_state`` (dense):
@@ -146,8 +151,8 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     import matplotlib.pyplot as plt
 
     quick = mode == "quick"
-    S = dict(act=ACT, ridge=RIDGE, level="auto", lr=0.5, grid=[1.5, 2.0, 2.5, 3.0, 4.0],
-             steps=120 if quick else 300, times=[20, 40, 80, 120] if quick else [20, 40, 80, 160, 240, 300],
+    S = dict(act=ACT, ridge=RIDGE, level="auto", lr=0.5, grid=[1.0, 1.5, 2.0, 2.5, 3.0, 4.0],
+             steps=120 if quick else 300, times=[2, 8, 20, 40, 80, 120] if quick else [1, 2, 4, 8, 12, 20, 40, 80, 160, 240, 300],
              paths=512 if quick else 2048, repeats=2 if quick else 3, refine=3 if quick else 5, key=0,
              fd_deltas=[2.0, 3.0] if quick else [2.0, 2.5, 3.0], fd_times=[20, 60] if quick else [20, 80, 150],
              d=200 if quick else 1000, seeds=2 if quick else 4, law_keys=2 if quick else 3,

@@ -52,7 +52,7 @@ from dmft import activations
 from dmft.success import success_curve
 
 from .bench_delta_star_trend import problem
-from .bench_success_bounded import trend_fit
+from .bench_success_bounded import probit_note, probit_points, trend_fit
 
 NAME = "success"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -137,12 +137,39 @@ def accuracy_rows(S, data, eng):
             acc.append(dict(quantity=quantity, theory=th, theory_stderr=th_se, simulation=r["delta_50"],
                             sim_stderr=r["delta_50_stderr"], d=r["d"], seeds=S["seeds"], tolerance=tol,
                             agree=agree if th is not None else None))
-        t = log_d_trend(rows)
-        if t["slope"] is not None:
-            acc.append(dict(quantity=f"PR {act}: slope of the GD 50% point per unit log d (approach from below: > 0)",
-                            theory=None, simulation=t["slope"], sim_stderr=t["slope_stderr"], d=", ".join(map(str, t["ds"])),
-                            seeds=S["seeds"], tolerance="slope > 2 s.e.", agree=bool(t["slope"] > 2 * t["slope_stderr"])))
+        pr = probit_points(A["grid"], rows, S["seeds"])
+        for f in pr:
+            th = float(ref["value"][-1]) if ref else None
+            th_se = float(ref["stderr"][-1]) if ref else None
+            ok = np.isfinite(f["delta_50"]) and np.isfinite(f["delta_50_stderr"])
+            agree = bool(ok and th is not None and f["delta_50"] < th + 3 * np.hypot(th_se, f["delta_50_stderr"]))
+            acc.append(dict(quantity=f"PR {act}: GD 50% point, probit maximum-likelihood fit Φ((δ − μ)/s) to every grid "
+                                     f"point (final hard cos > {S['threshold']}, t·η={A['steps'] * A['lr']:g})"
+                                     + (f" below DMFT δ*(t·η={ref['physical_time'][-1]:g}) ({status})" if ref else ""),
+                            theory=th, theory_stderr=th_se, simulation=f["delta_50"], sim_stderr=f["delta_50_stderr"],
+                            d=f["d"], seeds=S["seeds"], tolerance="one-sided: sim < theory + 3 combined s.e." + probit_note(f),
+                            agree=agree if th is not None else None))
+        for t, what in ((log_d_trend(rows), "GD 50% point"), (log_d_trend(pr), "GD probit 50% point")):
+            if t["slope"] is not None:
+                acc.append(dict(quantity=f"PR {act}: slope of the {what} per unit log d (approach from below: > 0)",
+                                theory=None, simulation=t["slope"], sim_stderr=t["slope_stderr"],
+                                d=", ".join(map(str, t["ds"])), seeds=S["seeds"], tolerance="slope > 2 s.e.",
+                                agree=bool(t["slope"] > 2 * t["slope_stderr"])))
     return acc
+
+
+def probit_data(S, data) -> dict:
+    """Per activation, the probit 50% points per d and their log-d trend (``data["probit"]``,
+    ``data["trend_probit"]``)."""
+    pr = {a: probit_points(S["acts"][a]["grid"], rows, S["seeds"]) for a, rows in data.items()}
+    return dict(probit=pr, trend_probit={a: log_d_trend(p) for a, p in pr.items()})
+
+
+def reanalyze(res: dict) -> dict:
+    """The accuracy rows and the probit records again from the stored success fractions and engine record
+    (``python -m benchmarks reanalyze success``): no GD is rerun."""
+    S, data = res["setting"], res["data"]
+    return dict(res, accuracy=accuracy_rows(S, data["rows"], data["engine"]), data=dict(data, **probit_data(S, data["rows"])))
 
 
 def figure(S, data, eng, outdir):
@@ -165,6 +192,11 @@ def figure(S, data, eng, outdir):
         x = np.log([r["d"] for r in rows])
         ax[2].errorbar(x, [r["delta_50"] for r in rows], [r["delta_50_stderr"] for r in rows], fmt="s-", color=f"C{j}",
                        label=f"{act}: GD 50% point")
+        pr = [(xi, f) for xi, f in zip(x, probit_points(S["acts"][act]["grid"], rows, S["seeds"])) if f["status"] == "ok"]
+        if pr:
+            ax[2].errorbar([xi + 0.03 for xi, _ in pr], [f["delta_50"] for _, f in pr],
+                           np.array([[f["delta_50"] - f["ci"][0], f["ci"][1] - f["delta_50"]] for _, f in pr]).T,
+                           fmt="D", mfc="none", color=f"C{j}", label=f"{act}: GD probit 50% point (95% interval)")
         if ref:
             ax[2].axhline(ref["value"][-1], color=f"C{j}", ls="--", lw=1,
                           label=f"{act}: DMFT δ*(t·η={ref['physical_time'][-1]:g}) ± {ref['stderr'][-1]:.2f} (not converged)")
@@ -231,4 +263,5 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                              init="random (hard overlap O(d^-1/2))", success=f"final hard cos > {THRESHOLD}",
                              key_per_d="jax.random.fold_in(jax.random.key(acts[act]['key']), d)"),
                 accuracy=acc, performance=perf,
-                data=dict(rows=data, trend={a: log_d_trend(r) for a, r in data.items()}, engine=eng), figure=f"{NAME}.png")
+                data=dict(rows=data, trend={a: log_d_trend(r) for a, r in data.items()}, engine=eng, **probit_data(S, data)),
+                figure=f"{NAME}.png")

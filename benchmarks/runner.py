@@ -431,6 +431,36 @@ def replot(name: str, outdir: pathlib.Path = RESULTS) -> pathlib.Path:
     return pathlib.Path(outdir) / res["figure"]
 
 
+def reanalyze(name: str, outdir: pathlib.Path = RESULTS, regenerate: bool = True) -> pathlib.Path:
+    """Recompute ``name``'s accuracy rows (and the derived records its module names) from the data
+    stored in ``outdir/<name>.json``, without rerunning anything (only for benchmarks whose module
+    defines ``reanalyze(res) -> res``): for a change of analysis, not of computation. The file keeps its
+    run's provenance, wall time and performance rows; ``provenance["reanalyzed"]`` records when, by which
+    commit and what. The figure is redrawn where the module defines ``replot``; RESULTS.md is regenerated."""
+    import datetime
+
+    from dmft.provenance import git_state
+
+    mod = importlib.import_module(f"benchmarks.bench_{name}")
+    if not hasattr(mod, "reanalyze"):
+        raise SystemExit(f"benchmark {name!r} has no reanalyze(res); rerun it instead (python -m benchmarks run --only {name}).")
+    outdir = pathlib.Path(outdir).resolve()
+    path = pathlib.Path(outdir) / f"{getattr(mod, 'NAME', name)}.json"
+    res = json.loads(path.read_text())
+    if res.get("status") != "ok":
+        raise SystemExit(f"{path} records status {res.get('status')!r}: rerun the benchmark, there is nothing to reanalyze.")
+    new = _jsonable(mod.reanalyze(res))
+    stamp = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **git_state(),
+                 what=" ".join((mod.reanalyze.__doc__ or "").split()))
+    new["provenance"] = dict(res["provenance"], reanalyzed=[*res["provenance"].get("reanalyzed", []), stamp])
+    path.write_text(json.dumps(new, indent=1))
+    if hasattr(mod, "replot"):
+        mod.replot(new, pathlib.Path(outdir))
+    if regenerate:
+        _report(pathlib.Path(outdir))
+    return path
+
+
 def main(argv=None):
     import argparse
 
@@ -455,6 +485,10 @@ def main(argv=None):
     r.add_argument("--queue", type=pathlib.Path, default=None,
                    help="(a --jobs worker) run the benchmarks taken one at a time from this work-queue file")
     sub.add_parser("report", help="regenerate RESULTS.md from the JSON files")
+    ra = sub.add_parser("reanalyze", help="recompute a benchmark's accuracy rows from its stored data (no rerun; "
+                                          "benchmarks that define reanalyze)")
+    ra.add_argument("name")
+    ra.add_argument("--outdir", type=pathlib.Path, default=RESULTS)
     sub.add_parser("list", help="list benchmarks")
     rp = sub.add_parser("replot", help="redraw a benchmark's figure from its JSON (benchmarks that define replot)")
     rp.add_argument("name")
@@ -464,6 +498,8 @@ def main(argv=None):
         print("\n".join(discover()))
     elif a.cmd == "replot":
         print(replot(a.name, a.outdir))
+    elif a.cmd == "reanalyze":
+        print(reanalyze(a.name, a.outdir))
     elif a.cmd == "report":
         print(write_results_md())
     else:

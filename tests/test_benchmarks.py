@@ -564,10 +564,16 @@ def test_committed_success_bounded_is_consistent():
         assert (np.isnan(d50) and np.isnan(r["delta_50"])) or d50 == pytest.approx(r["delta_50"], abs=1e-12)
     again = accuracy_rows(S, data["rows"], data["engine"])
     assert_same_json(again, res["accuracy"])
+    from benchmarks.bench_success_bounded import probit_data
+    assert_same_json(probit_data(S, data["rows"]), {k: data[k] for k in ("probit", "trend_probit")})
+    assert any("probit" in r["quantity"] for r in res["accuracy"])
     for row in res["accuracy"]:
         if row["sim_stderr"] is not None and np.isfinite(row["simulation"]):
             se = np.hypot(row["theory_stderr"], row["sim_stderr"])
-            assert row["agree"] == bool(abs(row["simulation"] - row["theory"]) < 3 * se)
+            if row["tolerance"].startswith("one-sided: sim > theory"):
+                assert row["agree"] == bool(row["simulation"] > row["theory"] - 3 * se)
+            else:
+                assert row["agree"] == bool(abs(row["simulation"] - row["theory"]) < 3 * se)
 
 
 def test_committed_success_phase_retrieval_is_consistent():
@@ -593,6 +599,8 @@ def test_committed_success_phase_retrieval_is_consistent():
         assert data["engine"][act]["first_phase_converged"] is False
     again = accuracy_rows(S, data["rows"], data["engine"])
     assert_same_json(again, res["accuracy"])
+    from benchmarks.bench_success import probit_data
+    assert_same_json(probit_data(S, data["rows"]), {k: data[k] for k in ("probit", "trend_probit")})
 
 
 def test_every_committed_result_ran_ok():
@@ -618,6 +626,29 @@ def test_replot_redraws_a_figure_from_the_committed_json(tmp_path):
     assert png == tmp_path / "success.png" and png.stat().st_size > 10_000
     with pytest.raises(SystemExit, match="no replot"):
         runner.replot("smoke", tmp_path)
+
+
+def test_reanalyze_rewrites_accuracy_from_stored_data_and_stamps_provenance(tmp_path):
+    """``python -m benchmarks reanalyze NAME``: the rows again from the stored data (no rerun), the run's own
+    provenance and performance rows kept, one ``reanalyzed`` stamp appended; refused without ``reanalyze``."""
+    import json
+    import shutil
+
+    shutil.copy(RESULTS / "success_bounded.json", tmp_path / "success_bounded.json")
+    before = json.loads((tmp_path / "success_bounded.json").read_text())
+    before["accuracy"] = before["accuracy"][:1]                      # a stale analysis
+    (tmp_path / "success_bounded.json").write_text(json.dumps(before))
+    path = runner.reanalyze("success_bounded", tmp_path, regenerate=False)
+    after = json.loads(path.read_text())
+    committed = json.loads((RESULTS / "success_bounded.json").read_text())
+    assert_same_json(after["accuracy"], committed["accuracy"])
+    assert after["performance"] == before["performance"] and after["wall_s"] == before["wall_s"]
+    stamps = after["provenance"]["reanalyzed"]
+    assert len(stamps) == len(before["provenance"].get("reanalyzed", [])) + 1 and "no GD is rerun" in stamps[-1]["what"]
+    assert {k: v for k, v in after["provenance"].items() if k != "reanalyzed"} == \
+        {k: v for k, v in before["provenance"].items() if k != "reanalyzed"}
+    with pytest.raises(SystemExit, match="no reanalyze"):
+        runner.reanalyze("smoke", tmp_path)
 
 
 def test_committed_finite_n_is_consistent():
