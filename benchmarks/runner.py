@@ -450,7 +450,8 @@ def reanalyze(name: str, outdir: pathlib.Path = RESULTS, regenerate: bool = True
     if res.get("status") != "ok":
         raise SystemExit(f"{path} records status {res.get('status')!r}: rerun the benchmark, there is nothing to reanalyze.")
     new = _jsonable(mod.reanalyze(res))
-    stamp = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **git_state(),
+    stamp = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 **git_state(ignore=("benchmarks/results", "benchmarks/RESULTS.md")),   # its own outputs do not count
                  what=" ".join((mod.reanalyze.__doc__ or "").split()))
     new["provenance"] = dict(res["provenance"], reanalyzed=[*res["provenance"].get("reanalyzed", []), stamp])
     path.write_text(json.dumps(new, indent=1))

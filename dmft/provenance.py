@@ -5,9 +5,11 @@ command and every benchmark (``benchmarks/runner.py`` adds the run's mode and wo
 from __future__ import annotations
 
 
-def git_state() -> dict:
+def git_state(ignore: tuple = ()) -> dict:
     """``deltann_commit`` and ``deltann_dirty`` when the package runs from a git checkout (None otherwise): the
-    version string alone cannot tell uncommitted code from the commit it sits on (user audit, session 49)."""
+    version string alone cannot tell uncommitted code from the commit it sits on (user audit, session 49).
+    ``ignore``: paths (relative to the repository root) whose changes do not count, e.g. the result files a
+    re-analysis is itself rewriting."""
     import pathlib
     import subprocess
 
@@ -18,7 +20,8 @@ def git_state() -> dict:
         run = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10,
                                         check=True).stdout.strip()
         return dict(deltann_commit=run("rev-parse", "HEAD"),
-                    deltann_dirty=bool(run("status", "--porcelain", "--untracked-files=no")))
+                    deltann_dirty=bool(run("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                           *(f":(exclude){p}" for p in ignore))))
     except (OSError, subprocess.SubprocessError):
         return dict(deltann_commit=None, deltann_dirty=None)
 
