@@ -35,6 +35,12 @@ the d = 500/1000 rows equal the earlier quadratic-only run bit for bit); GeLU 3.
 (3.97 ± 0.19 at t·η = 9.6; 9.86 ± 1.47 at t·η = 48), near δ*(t) at early times. Median escape
 t·η grows faster than log d (GeLU δ = 5: 141, 235, 374), so at d = 2000 the t·η = 600 horizon
 may cut some GeLU successes near δ = 4.5–5.
+
+Probit rows (session 51; ``python -m benchmarks reanalyze success``: the stored fractions, no GD rerun): the
+maximum-likelihood probit 50% point with its 95% profile interval, quadratic 2.470 [2.228, 2.541], 2.631
+[2.417, 2.837], 2.811 [2.613, 3.011] (slope 0.245 ± 0.092 per log d); GeLU 4.089 [3.535, 4.494], 4.779
+[4.512, 5.108], 5.325 [4.984, 5.738] (slope 0.879 ± 0.221). The same one-sided readings hold (all below the
+last δ*(t), slopes > 2 s.e.).
 """
 
 from __future__ import annotations
