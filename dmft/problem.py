@@ -426,6 +426,18 @@ def sample_grad_a(problem: Problem, y, r, a):
     return jax.grad(problem.sample_loss, argnums=2)(y, r, a)
 
 
+def _at_trace_time(compute):
+    """``compute()`` of concrete inputs; inside a caller's ``jit`` / ``vmap`` (where its operations would be staged
+    and its host conversions fail) again under ``jax.ensure_compile_time_eval``. Not always under it: that
+    evaluates op by op (measured: 37 small compilations instead of 8 for ``check_finite_maps``)."""
+    try:
+        return compute()
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
+            jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError):
+        with jax.ensure_compile_time_eval():
+            return compute()
+
+
 def is_traced(tree) -> bool:
     """Whether any leaf of ``tree`` (e.g. a :class:`Problem`) is a JAX tracer: a problem built inside
     ``jax.vmap`` / ``jax.jit`` from traced parameters, whose maps cannot be evaluated before the run."""
@@ -436,13 +448,15 @@ def check_finite_maps(problem: Problem, key=None, samples: int = 256):
     """Evaluate link, readout, loss and their derivatives on Gaussian inputs at the initial
     state; raise :class:`ProblemError` naming which returned non-finite values. Under a caller's
     ``jax.jit`` / ``jax.vmap`` over δ or lr the (concrete) problem is checked at trace time
-    (``jax.ensure_compile_time_eval``; session 51 audit: it raised ``TracerArrayConversionError``); a
+    (:func:`_at_trace_time`; session 51 audit: it raised ``TracerArrayConversionError``); a
     problem whose own parameters are traced cannot be evaluated and is not checked (returns False)."""
     if is_traced(problem):
         return False
-    with jax.ensure_compile_time_eval():
-        z, eps, g = _initial_draws(problem, jax.random.key(7) if key is None else key, samples)
-        y, checks = _finite_map_values(problem, z, eps, g)
+    def compute():   # values on the host (under a caller's trace, this conversion is what fails first)
+        y, checks = _finite_map_values(problem, *_initial_draws(problem, jax.random.key(7) if key is None else key, samples))
+        return np.asarray(y), {name: np.asarray(v) for name, v in checks.items()}
+
+    y, checks = _at_trace_time(compute)
     if not np.all(np.isfinite(np.asarray(y))):
         raise ProblemError(
             "Teacher.link returned non-finite labels on Gaussian inputs "
@@ -564,9 +578,8 @@ def response_jumps(problem: Problem, key=None, points: int = 8) -> float:
         return float("nan")
 
     def compute():
-        with jax.ensure_compile_time_eval():
-            return float(_response_jump_values(problem, *_initial_draws(problem, jax.random.key(11) if key is None else key,
-                                                                        points)))
+        return _at_trace_time(lambda: float(_response_jump_values(
+            problem, *_initial_draws(problem, jax.random.key(11) if key is None else key, points))))
 
     return _memoized(_JUMP_CACHE, _problem_memo(problem, points) if key is None else None, compute)
 
