@@ -84,6 +84,41 @@ def _rows(label, dm, sim, times, d, seeds, quantities, allowance):
     return rows
 
 
+RESOLVED_SE = 2.0   # a discrepancy counts as measured when |M_GD − M_DMFT| > RESOLVED_SE s.e.
+
+
+def fss_exponent_row(ds, disc, discse, seeds) -> dict:
+    """The finite-size exponent of |M_GD(d) − M_DMFT|: a fit of log|disc| against log d weighted by the
+    relative s.e. (δ log|x| = se/|x|), with its s.e., compared with −1 at 3 s.e. — only when at least three d
+    resolve the discrepancy (|disc| > ``RESOLVED_SE`` s.e.); otherwise "noise-dominated, not assessed"
+    (agree None). Session 51 referee audit: the unweighted fit over signed discrepancies within 1.2 s.e. of 0
+    at three of four d (−1.36, tolerance 0.6) passed in 51 % of simulated runs with *no* finite-size bias."""
+    ds, disc, discse = (np.asarray(v, float) for v in (ds, disc, discse))
+    ok = np.abs(disc) > RESOLVED_SE * discse
+    base = dict(quantity="finite size: exponent of |M_GD(d) − M_DMFT| vs d", theory=-1.0, d=int(ds[-1]), seeds=seeds)
+    if ok.sum() < 3:
+        slope = float(np.polyfit(np.log(ds), np.log(np.abs(disc)), 1)[0])
+        return dict(base, quantity=base["quantity"] + f" (noise-dominated: {int(ok.sum())} of {ds.size} d resolve the "
+                    f"discrepancy at {RESOLVED_SE:g} s.e.; unweighted slope, not assessed)", simulation=slope,
+                    sim_stderr=None, tolerance=None, agree=None)
+    x, y, w = np.log(ds[ok]), np.log(np.abs(disc[ok])), (np.abs(disc[ok]) / discse[ok]) ** 2
+    A = np.stack([np.ones_like(x), x], 1)
+    cov = np.linalg.inv(A.T @ (A * w[:, None]))
+    slope, se = float((cov @ (A.T @ (w * y)))[1]), float(np.sqrt(cov[1, 1]))
+    return dict(base, quantity=base["quantity"] + f" (weighted fit over the {int(ok.sum())} resolved d)", simulation=slope,
+                sim_stderr=se, tolerance="3 s.e.", agree=bool(abs(slope + 1) < 3 * se))
+
+
+def reanalyze(res: dict) -> dict:
+    """The finite-size exponent row again from the stored per-d discrepancy rows (``fss_exponent_row``); every
+    other row is kept (no DMFT or GD is rerun)."""
+    per = [r for r in res["accuracy"] if r["quantity"].startswith("finite size: M_GD − M_DMFT at t=40, d=")]
+    row = fss_exponent_row([r["d"] for r in per], [r["simulation"] for r in per], [r["sim_stderr"] for r in per],
+                           seeds=next(r["seeds"] for r in res["accuracy"] if r["quantity"].startswith("finite size: exponent")))
+    acc = [row if r["quantity"].startswith("finite size: exponent") else r for r in res["accuracy"]]
+    return dict(res, accuracy=acc)
+
+
 def run(mode: str, outdir: pathlib.Path) -> dict:
     quick, tiny = mode != "full", mode == "quick"  # standard/quick share CPU sizes; quick trims further
     import matplotlib
@@ -214,15 +249,10 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
         s = dmft.simulate(P, d=d, delta=2.0, lr=0.2, steps=40, seeds=seeds, key=jax.random.key(30 + d))
         disc.append(float(s.overlap[-1, 0, 0]) - Mref)
         discse.append(float(s.overlap_stderr[-1, 0, 0]))
-    slope = float(np.polyfit(np.log(ds), np.log(np.abs(disc)), 1)[0])
     setting["finite_size"] = dict(ds=ds, quantity="M at t=40 (tanh m=1 case)", dmft_paths=ref_paths,
                                   seeds=[4 if tiny else 16 if d <= 1000 else 8 for d in ds])
-    if tiny:  # 4 seeds per d: the discrepancies are within the seed noise, the fit is not a measurement
-        acc.append(dict(quantity="finite size: exponent of |M_GD(d) − M_DMFT| vs d (quick: noise-dominated, not assessed)",
-                        theory=-1.0, simulation=slope, sim_stderr=None, d=ds[-1], seeds=4, tolerance=None, agree=None))
-    else:
-        acc.append(dict(quantity="finite size: exponent of |M_GD(d) − M_DMFT| vs d", theory=-1.0, simulation=slope, sim_stderr=None,
-                        d=ds[-1], seeds=8, tolerance=0.6, agree=bool(abs(slope + 1) < 0.6)))
+    acc.append(fss_exponent_row(ds, disc, discse, seeds=4 if tiny else 8))
+    slope = acc[-1]["simulation"]
     for d, v, se in zip(ds, disc, discse):
         acc.append(dict(quantity=f"finite size: M_GD − M_DMFT at t=40, d={d}", theory=0.0, simulation=v, sim_stderr=se,
                         d=d, seeds=4 if tiny else 16 if d <= 1000 else 8, tolerance=None, agree=None))

@@ -107,6 +107,23 @@ def test_committed_dmft_agreement_and_reproduction():
     assert float(tr.overlap[10, 0, 0]) == pytest.approx(committed["simulation"], abs=4 * 0.0035 + 3 * committed["sim_stderr"] + 0.01)
 
 
+def test_fss_exponent_row_assesses_only_resolved_discrepancies():
+    """Session 51 referee audit: the finite-size exponent was an unweighted fit of log|disc| over discrepancies
+    within noise (passes half the time with no bias at all). Now: weighted, with an s.e., and only over d that
+    resolve the discrepancy; else not assessed. The committed row is this function of the stored per-d rows."""
+    from benchmarks.bench_dmft import fss_exponent_row, reanalyze
+
+    ds = np.array([250, 500, 1000, 2000.0])
+    exact = fss_exponent_row(ds, 4.0 / ds, 0.05 * 4.0 / ds, seeds=8)
+    assert exact["agree"] is True and exact["simulation"] == pytest.approx(-1.0, abs=1e-9) and exact["sim_stderr"] > 0
+    steeper = fss_exponent_row(ds, 4.0 / ds ** 2 * 250, 0.02 * 4.0 / ds ** 2 * 250, seeds=8)
+    assert steeper["agree"] is False                           # exponent −2 is rejected
+    noise = fss_exponent_row(ds, [0.016, -0.006, 0.0024, -0.0009], [0.006, 0.005, 0.0028, 0.0023], seeds=8)
+    assert noise["agree"] is None and "noise-dominated" in noise["quantity"]
+    res = _load("dmft")
+    assert_same_json(reanalyze(res)["accuracy"], res["accuracy"])
+
+
 def test_committed_stationary_rows():
     """The committed stationary benchmark: every row agrees, the OLS response V = 1/(δ−1) is
     exact, and V at δ = 3 recomputed now (D ≡ 1: no Monte Carlo in V) equals the committed one."""
