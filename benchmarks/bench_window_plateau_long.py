@@ -97,3 +97,9 @@ def figure(settings, blocks_data, outdir):
 
 def replot(res, outdir):
     figure(res["data"]["settings"], res["data"]["blocks"], outdir)
+
+
+def reanalyze(res: dict) -> dict:
+    """Each block's rows again from its stored per-key DMFT and per-seed GD final cos (``accuracy_rows``); no run."""
+    data = res["data"]
+    return dict(res, accuracy=[r for Sb, D in zip(data["settings"], data["blocks"]) for r in accuracy_rows(Sb, D["theory"], D["gd"])])

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pathlib
 
-from .bench_window_plateau import accuracy_rows, figure, measure, setting  # noqa: F401 (accuracy_rows: test)
+from .bench_window_plateau import accuracy_rows, figure, measure, reanalyze, setting  # noqa: F401 (accuracy_rows: test)
 
 NAME = "window_plateau_paths"
 
