@@ -24,12 +24,14 @@ edge law to a fraction of GD's error bars.
   of the sd over the Gumbel law's, model against GD.
 - the Gumbel law from the large pool (session 46): ``spectral.finite_n_edge_law(model='gumbel')`` on the DMFT law
   of keys j < ``gumbel_keys`` of 2^20 paths (key 0 is the model's pool), stratified by ``spectral.stratify`` (the
-  tail mass 0.01 whole, 131 072 of the other paths by systematic sampling along the tail order: ~8× fewer samples
-  for the edge solves, ~22 s each instead of ~180 s on 2 cores); rows per d: its sd, median e(ln 2) and mean
+  tail mass 0.01 whole, 262 144 of the other paths by systematic sampling along the tail order: ~4× fewer samples
+  for the edge solves; at 1/8 (131 072, session 46) the check below measured subsampling noise 0.0014–0.0023 over
+  6 seeds, at its 0.0020 tolerance; at 1/4, session 51: max |Δ e(c)| 0.0008, |Δ sd| 0.0005, and the Gumbel sds
+  0.0671 / 0.0685 / 0.0733 / 0.0737 at d = 250–2000 moved by ≤ 0.0002 from the 1/8 run; 3809 s on one core); rows per d: its sd, median e(ln 2) and mean
   against GD's seeds, its sd against finite_n_edge_law's from 131 072 paths (informational); pooled: the fraction
   of seeds below e(c) per level, the KS test of the probability integral transform, GD's mean sd excess over it.
   The stratification is checked in the same run: finite_n_edge_law's own two keys of 131 072 paths, stratified at
-  the same ratio (16 384 others), against its committed e(c) and Gumbel sd from all their paths (the largest
+  the same ratio (32 768 others), against its committed e(c) and Gumbel sd from all their paths (the largest
   differences against a fifth of GD's smallest s.e.).
 
 Finding (session 45). A first run drew from finite_n_edge_law's two keys of 131 072 paths: means, medians and KS
@@ -73,9 +75,9 @@ def settings(mode: str) -> dict:
              gumbel="spectral.finite_n_edge_law(model='gumbel') at n = δd on the DMFT law of keys j < gumbel_keys (key 0: "
                     "the model's pool), stratified (spectral.stratify: the tail mass tail_mass whole, bulk of the other "
                     "paths, numpy seed j): e(c) at the levels, the Gumbel line's median e(ln 2), mean and sd π|s|/√6",
-             stratify=dict(tail_mass=0.01, bulk=131_072),
-             stratify_check=dict(paths=G["paths"], keys=G["keys"], bulk=16_384,
-                                 what="the same stratification (tail_mass, bulk/paths 1/8) of finite_n_edge_law's own DMFT "
+             stratify=dict(tail_mass=0.01, bulk=262_144),
+             stratify_check=dict(paths=G["paths"], keys=G["keys"], bulk=32_768,
+                                 what="the same stratification (tail_mass, bulk/paths 1/4) of finite_n_edge_law's own DMFT "
                                       "keys against its committed e(c) and Gumbel sd from all their paths"))
     if mode == "quick":    # Gumbel levels c = ln 2, 1 only (two edge solves a d)
         S.update(paths=16_384, draws_per_key=24, draws_per_key_at={}, bootstrap=200, levels=[1.0],
