@@ -81,7 +81,7 @@ def settings(mode: str) -> dict:
                                       "keys against its committed e(c) and Gumbel sd from all their paths"))
     if mode == "quick":    # Gumbel levels c = ln 2, 1 only (two edge solves a d)
         S.update(paths=16_384, draws_per_key=24, draws_per_key_at={}, bootstrap=200, levels=[1.0],
-                 stratify=dict(tail_mass=0.01, bulk=2048), stratify_check=dict(S["stratify_check"], bulk=512))
+                 stratify=dict(tail_mass=0.01, bulk=4096), stratify_check=dict(S["stratify_check"], bulk=1024))   # 1/4, as standard
     return S
 
 
