@@ -452,6 +452,7 @@ def check_finite_maps(problem: Problem, key=None, samples: int = 256):
     problem whose own parameters are traced cannot be evaluated and is not checked (returns False)."""
     if is_traced(problem):
         return False
+
     def compute():   # values on the host (under a caller's trace, this conversion is what fails first)
         y, checks = _finite_map_values(problem, *_initial_draws(problem, jax.random.key(7) if key is None else key, samples))
         return np.asarray(y), {name: np.asarray(v) for name, v in checks.items()}
