@@ -58,7 +58,7 @@ from dmft import activations
 from dmft.success import success_curve
 
 from .bench_delta_star_trend import problem
-from .bench_success_bounded import probit_note, probit_points, trend_fit
+from .bench_success_bounded import plot_probit, probit_note, probit_points, trend_fit
 
 NAME = "success"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -132,29 +132,27 @@ def accuracy_rows(S, data, eng):
         ref = eng.get(act, {}).get("delta_star_t")
         conv = eng.get(act, {}).get("first_phase_converged")
         status = "first phase not converged: no δ_NN" if conv is False else "first-phase status unknown"
-        for r in rows:
-            quantity = (f"PR {act}: GD 50% point (final hard cos > {S['threshold']}, t·η={A['steps'] * A['lr']:g}) "
-                        f"below DMFT δ*(t·η={ref['physical_time'][-1]:g}) ({status})" if ref else f"PR {act}: GD 50% point")
-            th = float(ref["value"][-1]) if ref else None
-            th_se = float(ref["stderr"][-1]) if ref else None
+        th = float(ref["value"][-1]) if ref else None
+        th_se = float(ref["stderr"][-1]) if ref else None
+        below = f" below DMFT δ*(t·η={ref['physical_time'][-1]:g}) ({status})" if ref else ""
+        cut = f"final hard cos > {S['threshold']}, t·η={A['steps'] * A['lr']:g}"
+
+        def one_sided(quantity, r, note):
+            """A 50% point (interpolated or probit) below the DMFT δ*(t): sim < theory + 3 combined s.e."""
             ok = np.isfinite(r["delta_50"]) and np.isfinite(r["delta_50_stderr"])
-            tol = "one-sided: sim < theory + 3 combined s.e." + ("" if ok else "; the grid does not bracket 50% success")
             agree = bool(ok and th is not None and r["delta_50"] < th + 3 * np.hypot(th_se, r["delta_50_stderr"]))
-            acc.append(dict(quantity=quantity, theory=th, theory_stderr=th_se, simulation=r["delta_50"],
-                            sim_stderr=r["delta_50_stderr"], d=r["d"], seeds=S["seeds"], tolerance=tol,
-                            agree=agree if th is not None else None))
+            return dict(quantity=quantity, theory=th, theory_stderr=th_se, simulation=r["delta_50"],
+                        sim_stderr=r["delta_50_stderr"], d=r["d"], seeds=S["seeds"],
+                        tolerance="one-sided: sim < theory + 3 combined s.e." + note, agree=agree if th is not None else None)
+
+        for r in rows:
+            ok = np.isfinite(r["delta_50"]) and np.isfinite(r["delta_50_stderr"])
+            acc.append(one_sided(f"PR {act}: GD 50% point ({cut}){below}" if ref else f"PR {act}: GD 50% point", r,
+                                 "" if ok else "; the grid does not bracket 50% success"))
         pr = probit_points(A["grid"], rows, S["seeds"])
         for f in pr:
-            th = float(ref["value"][-1]) if ref else None
-            th_se = float(ref["stderr"][-1]) if ref else None
-            ok = np.isfinite(f["delta_50"]) and np.isfinite(f["delta_50_stderr"])
-            agree = bool(ok and th is not None and f["delta_50"] < th + 3 * np.hypot(th_se, f["delta_50_stderr"]))
-            acc.append(dict(quantity=f"PR {act}: GD 50% point, probit maximum-likelihood fit Φ((δ − μ)/s) to every grid "
-                                     f"point (final hard cos > {S['threshold']}, t·η={A['steps'] * A['lr']:g})"
-                                     + (f" below DMFT δ*(t·η={ref['physical_time'][-1]:g}) ({status})" if ref else ""),
-                            theory=th, theory_stderr=th_se, simulation=f["delta_50"], sim_stderr=f["delta_50_stderr"],
-                            d=f["d"], seeds=S["seeds"], tolerance="one-sided: sim < theory + 3 combined s.e." + probit_note(f),
-                            agree=agree if th is not None else None))
+            acc.append(one_sided(f"PR {act}: GD 50% point, probit maximum-likelihood fit Φ((δ − μ)/s) to every grid "
+                                 f"point ({cut}){below}", f, probit_note(f)))
         for t, what in ((log_d_trend(rows), "GD 50% point"), (log_d_trend(pr), "GD probit 50% point")):
             if t["slope"] is not None:
                 acc.append(dict(quantity=f"PR {act}: slope of the {what} per unit log d (approach from below: > 0)",
@@ -198,11 +196,8 @@ def figure(S, data, eng, outdir):
         x = np.log([r["d"] for r in rows])
         ax[2].errorbar(x, [r["delta_50"] for r in rows], [r["delta_50_stderr"] for r in rows], fmt="s-", color=f"C{j}",
                        label=f"{act}: GD 50% point")
-        pr = [(xi, f) for xi, f in zip(x, probit_points(S["acts"][act]["grid"], rows, S["seeds"])) if f["status"] == "ok"]
-        if pr:
-            ax[2].errorbar([xi + 0.03 for xi, _ in pr], [f["delta_50"] for _, f in pr],
-                           np.array([[f["delta_50"] - f["ci"][0], f["ci"][1] - f["delta_50"]] for _, f in pr]).T,
-                           fmt="D", mfc="none", color=f"C{j}", label=f"{act}: GD probit 50% point (95% interval)")
+        plot_probit(ax[2], x + 0.03, probit_points(S["acts"][act]["grid"], rows, S["seeds"]), color=f"C{j}",
+                    label=f"{act}: GD probit 50% point (95% interval)")
         if ref:
             ax[2].axhline(ref["value"][-1], color=f"C{j}", ls="--", lw=1,
                           label=f"{act}: DMFT δ*(t·η={ref['physical_time'][-1]:g}) ± {ref['stderr'][-1]:.2f} (not converged)")

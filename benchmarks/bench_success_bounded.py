@@ -134,6 +134,15 @@ def probit_points(grid, rows, seeds) -> list:
     return out
 
 
+def plot_probit(ax, x, points, **kw):
+    """The probit 50% points with status "ok" at abscissae ``x``, with their asymmetric 95% intervals."""
+    ok = [(xi, f) for xi, f in zip(x, points) if f["status"] == "ok"]
+    if ok:
+        ax.errorbar([xi for xi, _ in ok], [f["delta_50"] for _, f in ok],
+                    np.array([[f["delta_50"] - f["ci"][0], f["ci"][1] - f["delta_50"]] for _, f in ok]).T,
+                    fmt="D", mfc="none", **kw)
+
+
 def probit_note(f) -> str:
     """The tolerance note of a probit row: its interval, or why it has no point."""
     lo, hi = f["ci"]
@@ -244,12 +253,8 @@ def figure(S, rows, eng, outdir):
     x = [1 / np.sqrt(r["d"]) for r in rows]
     ax[2].errorbar(x, [r["delta_50"] for r in rows], [r["delta_50_stderr"] for r in rows], fmt="o", color="C0",
                    label="GD 50% point")
-    pr = probit_points(S["grid"], rows, S["seeds"])
-    ok = [(xi, f) for xi, f in zip(x, pr) if f["status"] == "ok"]
-    if ok:
-        ax[2].errorbar([xi + 0.0015 for xi, _ in ok], [f["delta_50"] for _, f in ok],
-                       np.array([[f["delta_50"] - f["ci"][0], f["ci"][1] - f["delta_50"]] for _, f in ok]).T,
-                       fmt="D", mfc="none", color="C2", label="GD probit 50% point (95% interval)")
+    plot_probit(ax[2], [xi + 0.0015 for xi in x], probit_points(S["grid"], rows, S["seeds"]), color="C2",
+                label="GD probit 50% point (95% interval)")
     for j, f in enumerate(fss_pairs(S, rows)):
         xf = 1 / np.sqrt(np.sqrt(f["d_small"] * f["d_big"]))
         ax[2].errorbar([xf], [f["onset"]], [f["onset_stderr"]], fmt="s", color="C1",

@@ -445,7 +445,7 @@ def reanalyze(name: str, outdir: pathlib.Path = RESULTS, regenerate: bool = True
     if not hasattr(mod, "reanalyze"):
         raise SystemExit(f"benchmark {name!r} has no reanalyze(res); rerun it instead (python -m benchmarks run --only {name}).")
     outdir = pathlib.Path(outdir).resolve()
-    path = pathlib.Path(outdir) / f"{getattr(mod, 'NAME', name)}.json"
+    path = outdir / f"{getattr(mod, 'NAME', name)}.json"
     res = json.loads(path.read_text())
     if res.get("status") != "ok":
         raise SystemExit(f"{path} records status {res.get('status')!r}: rerun the benchmark, there is nothing to reanalyze.")
@@ -456,9 +456,9 @@ def reanalyze(name: str, outdir: pathlib.Path = RESULTS, regenerate: bool = True
     new["provenance"] = dict(res["provenance"], reanalyzed=[*res["provenance"].get("reanalyzed", []), stamp])
     path.write_text(json.dumps(new, indent=1))
     if hasattr(mod, "replot"):
-        mod.replot(new, pathlib.Path(outdir))
+        mod.replot(new, outdir)
     if regenerate:
-        _report(pathlib.Path(outdir))
+        _report(outdir)
     return path
 
 
