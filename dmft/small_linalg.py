@@ -118,3 +118,13 @@ def eigvalsh_small(A):
     if A.shape[-1] > SMALL_MAX_M:
         return jnp.linalg.eigvalsh(A)
     return jnp.sort(eigh_small(A)[0], axis=-1)
+
+
+def eigh_batched(A):
+    """:func:`eigh_small` for m ≤ ``SMALL_MAX_M``, LAPACK above (unsorted below, ascending above)."""
+    return eigh_small(A) if A.shape[-1] <= SMALL_MAX_M else jnp.linalg.eigh(A)
+
+
+def solve_batched(M, R):
+    """:func:`solve_small` for m ≤ ``SMALL_MAX_M``, LAPACK above: for every per-sample batch of solves."""
+    return solve_small(M, R) if M.shape[-1] <= SMALL_MAX_M else jnp.linalg.solve(M, R)

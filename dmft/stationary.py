@@ -44,6 +44,7 @@ import optimistix as optx
 
 from .problem import Problem, ProblemError, Tracer
 from .prox import make_prox, per_sample_maps
+from .small_linalg import eigvalsh_small, solve_batched
 from .solve import MIN_PATHS, _antithetic_inputs, _group_mean, _problem_setting
 
 # status codes (diffrax/optimistix style: a code plus a message, never a silent number)
@@ -181,11 +182,11 @@ def _equations(problem: Problem, delta, key, paths: int, hard: tuple, newton_ste
         else:
             # Γ = E[D (I + V D)^{-1}] (local Jacobian; exact when the prox is smooth in b)
             J = eye + jnp.einsum("ij,njk->nik", V, D)
-            X = jnp.linalg.solve(jnp.swapaxes(J, -1, -2), D)  # ((D (I + V D)^{-1}))ᵀ
+            X = solve_batched(jnp.swapaxes(J, -1, -2), D)  # ((D (I + V D)^{-1}))ᵀ; per path: not LAPACK (small_linalg)
             Gam = _sym(gmean(jnp.swapaxes(X, -1, -2)))
         Cg = _sym(gmean(g[:, :, None] * g[:, None, :]))
         Ezg = jnp.where(hard_rows[:, None], 0.0, gmean(z[:, :, None] * g[:, None, :]))
-        minJ = jnp.min(jnp.linalg.eigvalsh(_sym(jnp.linalg.inv(V)) + D))
+        minJ = jnp.min(eigvalsh_small(_sym(jnp.linalg.inv(V)) + D))
         return dict(r=r, g=g, D=D, Gam=Gam, Cg=Cg, Ezg=Ezg, pres=pres, minJ=minJ)
 
     # residuals of (S3)–(S5) written without inverses (well conditioned near interpolation):
@@ -263,7 +264,7 @@ def _stationary_core(problem: Problem, delta, key, start, damping, tol, paths: i
         # tr(δ V Γ) = δ E[tr(V D (I + V D)^{-1})] < δ E[rank D] for V ≻ 0, so (S3) (δ V Γ = I at λ = 0)
         # needs δ E[rank D] > m; the solver then only stalls (V grows), and this names why
         def interpolates(r_, a_):
-            evD = jnp.linalg.eigvalsh(_sym(hess_r(y, r_, a_)))
+            evD = eigvalsh_small(_sym(hess_r(y, r_, a_)))   # per path: two concurrent LAPACK calls deadlocked (small_linalg)
             big = jnp.max(jnp.abs(evD)) + 1e-300
             rank = jnp.sum(jnp.abs(evD) > 1e-10 * big, axis=-1)
             psd = jnp.all(evD >= -1e-10 * big)

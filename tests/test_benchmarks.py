@@ -124,6 +124,22 @@ def test_fss_exponent_row_assesses_only_resolved_discrepancies():
     assert_same_json(reanalyze(res)["accuracy"], res["accuracy"])
 
 
+def test_fss_limit_row_is_the_weighted_fit_and_rejects_an_offset():
+    """The assessed finite-size row (session 52): b of disc(d) = b + c/d against 0, the reference's s.e. added to b's."""
+    from benchmarks.bench_dmft import fss_limit_row
+
+    ds = np.array([25, 50, 100, 200, 400, 800.0])
+    se = 0.02 / np.sqrt(ds / 25)
+    exact = fss_limit_row(ds, 0.3 / ds, se, 0.0, seeds=128)        # pure 1/d bias: b = 0, c = 0.3 exactly
+    assert exact["agree"] is True and abs(exact["simulation"]) < 1e-12 and exact["coefficient_c"] == pytest.approx(0.3)
+    X = np.stack([np.ones_like(ds), 1 / ds], 1)
+    b_se = np.sqrt(np.linalg.inv(X.T @ (X / se[:, None] ** 2))[0, 0])
+    assert exact["sim_stderr"] == pytest.approx(b_se) and exact["chi2"] < 1e-20
+    assert fss_limit_row(ds, 0.3 / ds, se, 0.004, seeds=128)["sim_stderr"] == pytest.approx(np.hypot(b_se, 0.004))
+    off = fss_limit_row(ds, 0.3 / ds + 4 * b_se, se, 0.0, seeds=128)   # DMFT off by 4 s.e. of the limit: rejected
+    assert off["agree"] is False and off["simulation"] == pytest.approx(4 * b_se)
+
+
 def test_committed_stationary_rows():
     """The committed stationary benchmark: every row agrees, the OLS response V = 1/(δ−1) is
     exact, and V at δ = 3 recomputed now (D ≡ 1: no Monte Carlo in V) equals the committed one."""

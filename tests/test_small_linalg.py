@@ -115,3 +115,24 @@ def test_per_path_programs_contain_no_batched_lapack_calls():
     txt = jax.jit(lambda key: solve_mod._solve_core(problem, 2.0, 0.2, key, 3, N, (), (), 1e-10)).lower(
         jax.random.key(0)).as_text()
     assert _batched_lapack_calls(txt) == []
+
+
+def test_stationary_program_contains_no_batched_lapack_calls():
+    """Same guard for the stationary DMFT's compiled program (both solvers, m = 1 and 2). Session 52: its per-path
+    Jacobian solve, the min-curvature eigenvalues and the interpolation test (two concurrent per-path ``eigvalsh``)
+    called LAPACK; ``dmft.stationary`` at 65 536 paths (logistic + ridge, δ = 2) then hung in 4 of 6 fresh runs on
+    the 2-core CPU (gdb: both pool workers in ``lapack_dsyevd_ffi`` → ``ParallelBatchMap`` → ``BlockingCounter::Wait``)."""
+    import importlib
+
+    import dmft
+    st = importlib.import_module("dmft.stationary")
+    N = 2048
+    logit = dmft.Problem(teacher=dmft.Teacher(link=lambda z, e: jnp.sign(z[0] + 0.3 * e[0]), k=1, noise_dim=1),
+                         student=dmft.TwoLayer(activation=lambda r: r, width=1, second_layer=jnp.ones(1)),
+                         loss=dmft.logistic_loss, ridge=0.1)
+    for problem in (logit, _two_layer(jnp.tanh, 2)):
+        for solver in ("least-squares", "iterate"):
+            start = st.default_start(problem, 2.0)
+            txt = jax.jit(lambda key: st._stationary_core(problem, 2.0, key, start, 0.5, 1e-9, N, (), 5, 3, "jacobian",
+                                                          True, solver)).lower(jax.random.key(0)).as_text()
+            assert _batched_lapack_calls(txt) == [], (problem.m, solver)
