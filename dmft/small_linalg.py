@@ -8,8 +8,15 @@ worker* until the pieces finish (``ParallelBatchMap``); when two such calls run 
 (independent ops of one program) every worker can end up waiting, and the program deadlocks
 at 0% CPU. Measured (session 14): the stationary DMFT with 16384 paths hung in about half of
 the runs on a 2-core machine, inside ``lapack_dsyevd_ffi`` (gdb), from the per-path ``eigh``
-of the proximal Newton step; with these routines it does not. Use them for every per-sample
-batched factorization; ``SMALL_MAX_M`` bounds the unrolling (compile size grows like m²).
+of the proximal Newton step; with these routines it does not. Session 52: the same hang again
+at 65 536 paths (logistic + ridge, δ = 2; 5 of 9 fresh runs, ``--xla_cpu_multi_thread_eigen=false``
+did not prevent it: 2 of 4), from per-path LAPACK calls added to ``dmft/stationary.py`` later (its
+Jacobian solve, the curvature diagnostic, and the interpolation test evaluated twice — two
+concurrent ``eigvalsh``); 0 of 8 after. Use these routines for every per-sample batched
+factorization (``tests/test_small_linalg.py`` checks the compiled prox, dynamic-DMFT and
+stationary programs for batched LAPACK calls); ``SMALL_MAX_M`` bounds the unrolling (compile
+size grows like m²). Batches over δ or keys of single m×m matrices are harmless: the kernel splits
+a batch only above ~2·10⁵ flops, and the test suite's programs stay below (largest seen: 40).
 """
 
 from __future__ import annotations

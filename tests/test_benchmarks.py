@@ -1440,3 +1440,34 @@ def test_escape_statistics_censor_the_median():
     per_d = [rng.normal(10 * k, 1.0, 32).round() for k in (1, 2, 3)]
     st = escape_statistics(per_d, 1.0, [100, 200, 400])
     assert 0 < st["slope_vs_log_d_stderr"] < 0.3 * st["slope_vs_log_d"]
+
+
+def test_results_table_says_what_each_row_is_checked_against(tmp_path):
+    """RESULTS.md's accuracy table names the reference kind of every row (finite d, extrapolated, closed form,
+    another route of the theory), so theory-against-theory rows are not read as checks against simulation."""
+    rk = runner.reference_kind
+    assert rk(dict(d=1000)) == "finite d" and rk(dict(d="200->800")) == "finite d"
+    assert rk(dict(d="inf")) == "closed form" and rk(dict(d="inf (DMFT)")) == "theory (other route)"
+    assert rk(dict(d="inf (both DMFT)")) == "theory (other route)" and rk(dict(d="inf (fit)")) == "finite d, extrapolated"
+    assert rk(dict(d="25…800 → inf")) == "finite d, extrapolated" and rk(dict(d=None)) == "see quantity"
+    assert rk(dict(d="inf", reference="dense eigendecomposition")) == "dense eigendecomposition"
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x.json").write_text(json.dumps(dict(name="x", status="ok", wall_s=1.0, provenance=dict(mode="quick"),
+        accuracy=[dict(quantity="q1", theory=1.0, simulation=1.1, sim_stderr=0.1, d="inf (DMFT)", seeds=0, tolerance=0.3,
+                       agree=True)])))
+    text = runner.write_results_md(tmp_path / "R.md", tmp_path / "r").read_text()
+    assert "| x (None) | q1 | 1 | 1.1 ± 0.1 | theory (other route) | inf (DMFT) |" in text
+    assert "Rows: theory (other route) 1." in text
+
+
+def test_two_route_rows_without_a_threshold_are_not_assessed():
+    """A route comparison where a route returned no δ_NN is "not assessed" (agree None), not a disagreement; the
+    committed file is its own reanalysis."""
+    from benchmarks.bench_two_route import _route_row, reanalyze
+
+    assert _route_row("q", None, None, 1.3, 0.03, 4)["agree"] is None
+    assert _route_row("q", 1.41, 0.036, 1.32, 0.034, 4)["agree"] is True      # 0.09 within 3 × 0.05
+    assert _route_row("q", 1.60, 0.01, 1.32, 0.01, 4)["agree"] is False
+    res = _load("two_route")
+    assert_same_json(reanalyze(res)["accuracy"], res["accuracy"])
+    assert all(r["agree"] is None for r in res["accuracy"] if r["theory"] is None or r["simulation"] is None)
