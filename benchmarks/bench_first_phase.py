@@ -49,22 +49,88 @@ def _crossing(grid, w, level=LEVEL):
     return float("nan")
 
 
+COVERAGE = 0.9973   # two-sided coverage of "3 s.e." for a normal s.e.; with K seeds the Student-t quantile gives it
+
+
+def t_factor(k: int) -> float:
+    """The multiple of a K-seed standard error with the coverage of 3 normal s.e. (Student t, K − 1 dof): 3.0 for
+    K → ∞, 4.3 for 8 seeds, 19.2 for 3 (a 3-seed s.e. is itself uncertain by a factor ~2)."""
+    from scipy import stats
+    return float(stats.t.ppf(0.5 + COVERAGE / 2, k - 1))
+
+
+def _paired(row):
+    """Per-seed (equation on the state's law, bottom eigenvalue of the same state) when every seed's equation has an
+    outlier, else None."""
+    ps = row["per_seed"]
+    if len(ps) < 2 or not all(p.get("theory_exists") for p in ps):
+        return None
+    return np.array([p["theory_outlier"] for p in ps]), np.array([p["eigenvalues"][0] for p in ps])
+
+
 def accuracy_rows(rows) -> list:
-    """Theory at the state against the finite-d eigenpair, per (setting, d, δ) where every seed's
-    equation has an outlier: outlier location, mean over seeds, tolerance 3 combined seed s.e."""
-    acc = []
+    """Theory at the state against the finite-d eigenpair, per (setting, d, δ) where every seed's equation has an
+    outlier. Both sides are computed on the same K states, so the test is on the paired difference Δ = equation −
+    eigenvalue: mean ± s.e. over seeds, tolerance ``t_factor(K)`` s.e. (session 52; before, 3 combined unpaired
+    s.e.: the state-to-state spread, common to both sides, hid a systematic Δ < 0 at 18 of 19 (d, δ) with paired z
+    down to −20). Then per (setting, δ) with ≥ 2 d: the d → ∞ limit of Δ from a weighted fit Δ(d) = b + c/√d,
+    b against 0 (an outlier next to the bulk edge moves by O(d^{-1/2}) at finite d; the model is an assumption,
+    its χ² is recorded)."""
+    acc, by_delta = [], {}
     for row in rows:
-        ps = row["per_seed"]
-        if len(ps) < 2 or not all(p.get("theory_exists") for p in ps):
+        pr = _paired(row)
+        if pr is None:
             continue
-        th = np.array([p["theory_outlier"] for p in ps])
-        fd = np.array([p["eigenvalues"][0] for p in ps])
-        se_t, se_f = th.std(ddof=1) / np.sqrt(len(th)), fd.std(ddof=1) / np.sqrt(len(fd))
-        tol = 3.0 * float(np.hypot(se_t, se_f))
-        acc.append(dict(quantity=f"first phase {row['setting']} δ={row['delta']}: outlier (equation on the state's law vs bottom eigenvalue)",
-                        theory=float(th.mean()), theory_stderr=float(se_t), simulation=float(fd.mean()), sim_stderr=float(se_f),
-                        d=row["d"], seeds=len(ps), tolerance=tol, agree=bool(abs(th.mean() - fd.mean()) <= tol)))
+        th, fd = pr
+        k = len(th)
+        diff = th - fd
+        se_t, se_f, se_d = (float(v.std(ddof=1) / np.sqrt(k)) for v in (th, fd, diff))
+        tol = t_factor(k) * se_d
+        acc.append(dict(quantity=f"first phase {row['setting']} δ={row['delta']}: outlier (equation on the state's law vs "
+                                 f"bottom eigenvalue, paired over the same states)",
+                        theory=float(th.mean()), theory_stderr=se_t, simulation=float(fd.mean()), sim_stderr=se_f,
+                        paired_difference=float(diff.mean()), paired_stderr=se_d, d=row["d"], seeds=k, tolerance=tol,
+                        tolerance_rule=f"|mean Δ| ≤ t(0.99865, {k - 1} dof) = {t_factor(k):.2f} paired s.e.",
+                        agree=bool(abs(diff.mean()) <= tol), reference="finite d (same states)"))
+        by_delta.setdefault((row["setting"], row["delta"]), []).append((row["d"], float(diff.mean()), se_d, k))
+    paired = [r for r in acc if "paired_difference" in r]
+    if len(paired) >= 5:
+        # the per-(d, δ) rows have few seeds each; a shift common to all of them shows in their signs (session 52:
+        # 18 of 19 negative in the committed 3-seed runs, which no single row resolves)
+        from scipy import stats
+        neg = sum(r["paired_difference"] < 0 for r in paired)
+        p = float(stats.binomtest(neg, len(paired), 0.5).pvalue)
+        acc.append(dict(quantity=f"first phase, all (setting, d, δ) rows: sign of Δ = equation − bottom eigenvalue "
+                                 f"({neg} of {len(paired)} negative; two-sided sign-test p = {p:.2g}); disagreement = a "
+                                 f"common finite-d shift (the d → ∞ rows say whether it vanishes)",
+                        theory=0.5, simulation=neg / len(paired), sim_stderr=None, d=f"{min(r['d'] for r in paired)}…"
+                        f"{max(r['d'] for r in paired)}", seeds=min(r["seeds"] for r in paired), tolerance="sign test p > 0.0027",
+                        sign_test_p=p, agree=bool(p > 1 - COVERAGE), reference="finite d (same states)"))
+    for (setting, delta), pts in by_delta.items():
+        if len(pts) < 2:
+            continue
+        ds, dm, se, ks = (np.array(v, float) for v in zip(*sorted(pts)))
+        X = np.stack([np.ones_like(ds), ds ** -0.5], 1)
+        w = 1 / np.square(se)
+        cov = np.linalg.inv(X.T @ (w[:, None] * X))
+        b, c = cov @ (X.T @ (w * dm))
+        b_se = float(np.sqrt(cov[0, 0]))
+        kmin = int(ks.min())
+        tol = t_factor(kmin) * b_se
+        acc.append(dict(quantity=f"first phase {setting} δ={delta}: d → ∞ limit of Δ = equation − bottom eigenvalue "
+                                 f"(weighted fit b + c/√d over d = {[int(x) for x in ds]})",
+                        theory=0.0, simulation=float(b), sim_stderr=b_se, d=f"{int(ds[0])}…{int(ds[-1])} → inf",
+                        seeds=kmin, tolerance=tol, tolerance_rule=f"{t_factor(kmin):.2f} s.e. (t, {kmin - 1} dof)",
+                        agree=bool(abs(b) <= tol), coefficient_c=float(c), coefficient_c_stderr=float(np.sqrt(cov[1, 1])),
+                        chi2=float(np.sum(w * np.square(dm - b - c / np.sqrt(ds)))), dof=int(ds.size - 2),
+                        reference="finite d, extrapolated"))
     return acc
+
+
+def reanalyze(res: dict) -> dict:
+    """The accuracy rows again from the stored per-seed states (``accuracy_rows``: paired differences, Student-t
+    tolerance, d → ∞ fit); no GD or Hessian is recomputed."""
+    return dict(res, accuracy=accuracy_rows(res["data"]["rows"]))
 
 
 def verdicts(rows) -> dict:
@@ -82,9 +148,10 @@ def verdicts(rows) -> dict:
 
 
 def run(mode: str, outdir: pathlib.Path, settings=None, quick_settings=None, name: str = NAME,
-        problem_note: str = "phase retrieval y=z^2, square loss, ridge 0, M0=0, hard rows of W frozen") -> dict:
+        problem_note: str = "phase retrieval y=z^2, square loss, ridge 0, M0=0, hard rows of W frozen",
+        standard=None) -> dict:
     """``settings`` / ``quick_settings`` override the default list (e.g. ``bench_first_phase_bounded``);
-    a setting may carry ``loss="huber:w"``."""
+    a setting may carry ``loss="huber:w"``; ``standard`` overrides the standard mode's ``ds`` / ``seeds``."""
     quick, tiny = mode != "full", mode == "quick"
     import matplotlib
 
@@ -100,7 +167,11 @@ def run(mode: str, outdir: pathlib.Path, settings=None, quick_settings=None, nam
         dict(name="gelu, m=4, a=1/2 frozen, Q0=I", act="gelu", a=0.5, lr=1.0, steps=4000,
              grid=[3.0, 4.5, 6.0, 8.0, 11.0, 15.0]),
     ]
-    S = dict(ds=[200, 400], seeds=3, key=0, level=LEVEL, k=6, theory=True)
+    # 8 seeds (session 52; 3 before): the rows test paired differences at the Student-t multiple of their s.e.,
+    # 19.2 for 3 seeds and 4.3 for 8
+    S = dict(ds=[200, 400], seeds=8, key=0, level=LEVEL, k=6, theory=True)
+    if quick and not tiny and standard:
+        S.update(standard)
     if tiny:  # quick: no theory-at-state (one outlier solve per n = one compilation each)
         S.update(ds=[100, 200], seeds=2, theory=False)
         if default:
@@ -110,7 +181,7 @@ def run(mode: str, outdir: pathlib.Path, settings=None, quick_settings=None, nam
         elif quick_settings is not None:
             settings = quick_settings
     if not quick:
-        S.update(ds=[400, 800, 1600], seeds=4)
+        S.update(ds=[400, 800, 1600], seeds=8)
     rows, perf, summary = [], [], []
     fig, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 3.8), squeeze=False)
     for si, st in enumerate(settings):

@@ -46,7 +46,9 @@ def software() -> dict:
             return None
 
     dev = jax.devices()
-    return dict(**git_state(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    # the benchmark result files are outputs, not code: a suite's earlier outputs must not mark its later runs dirty
+    # (session 52: every quick JSON after the first read "dirty")
+    return dict(**git_state(ignore=("benchmarks/results", "benchmarks/RESULTS.md")), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 deltann=version("deltann"), jax=jax.__version__, jaxlib=version("jaxlib"),
                 python=platform.python_version(), platform=dev[0].platform, device=str(dev[0].device_kind),
                 device_count=len(dev), machine=platform.machine(), cpu_count=os.cpu_count(),

@@ -21,6 +21,9 @@ a batch only above ~2·10⁵ flops, and the test suite's programs stay below (la
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import jax
 import jax.numpy as jnp
 
@@ -119,19 +122,40 @@ def eigh_small(A, max_sweeps: int = 30):
     return jnp.diagonal(A, axis1=-2, axis2=-1), U
 
 
+LAPACK_SPLIT_FLOPS = 200_000   # jaxlib 0.10 CPU: a batched LAPACK call above this many flops is split over the pool
+
+
+def _warn_if_lapack_may_split(A, what):
+    """Above ``SMALL_MAX_M`` the per-sample batch goes to LAPACK: warn (at trace time) where jaxlib may split it
+    across the intra-op pool on CPU, the condition of the hang described in the module docstring."""
+    m, N = A.shape[-1], math.prod(A.shape[:-2])
+    if N * m**3 >= LAPACK_SPLIT_FLOPS and jax.default_backend() == "cpu":
+        warnings.warn(f"{what}: {N} per-sample {m}x{m} matrices go to LAPACK (m > SMALL_MAX_M = {SMALL_MAX_M}); on a CPU "
+                      "backend jaxlib splits such a batch over the intra-op pool and two concurrent calls can hang the "
+                      "program (dmft/small_linalg.py). Fewer paths or a GPU avoid it; raise dmft.small_linalg.SMALL_MAX_M "
+                      "to unroll instead (compile time grows like m²).", RuntimeWarning, stacklevel=3)
+
+
 def eigvalsh_small(A):
     """Eigenvalues of a batch of symmetric ``A`` (N, m, m), ascending (N, m); pure jnp for
     m ≤ ``SMALL_MAX_M`` (:func:`eigh_small`), LAPACK above."""
     if A.shape[-1] > SMALL_MAX_M:
+        _warn_if_lapack_may_split(A, "eigvalsh")
         return jnp.linalg.eigvalsh(A)
     return jnp.sort(eigh_small(A)[0], axis=-1)
 
 
 def eigh_batched(A):
     """:func:`eigh_small` for m ≤ ``SMALL_MAX_M``, LAPACK above (unsorted below, ascending above)."""
-    return eigh_small(A) if A.shape[-1] <= SMALL_MAX_M else jnp.linalg.eigh(A)
+    if A.shape[-1] > SMALL_MAX_M:
+        _warn_if_lapack_may_split(A, "eigh")
+        return jnp.linalg.eigh(A)
+    return eigh_small(A)
 
 
 def solve_batched(M, R):
     """:func:`solve_small` for m ≤ ``SMALL_MAX_M``, LAPACK above: for every per-sample batch of solves."""
-    return solve_small(M, R) if M.shape[-1] <= SMALL_MAX_M else jnp.linalg.solve(M, R)
+    if M.shape[-1] > SMALL_MAX_M:
+        _warn_if_lapack_may_split(M, "solve")
+        return jnp.linalg.solve(M, R)
+    return solve_small(M, R)

@@ -29,9 +29,8 @@ import numpy as np
 
 from ._errors import (invalid_delta_status, MAX_ITERS, NO_EDGE, NONFINITE, SUCCESS, UNBOUNDED_SUPPORT, WRONG_BRANCH,
                       SpectralError, check_status, is_concrete)
-from dmft.small_linalg import SMALL_MAX_M, eigvalsh_small, solve_small
+from dmft.small_linalg import eigvalsh_small, solve_batched
 
-SMALL_SOLVE_MAX_M = SMALL_MAX_M   # per-sample solves/eigenvalues unrolled in jnp (dmft/small_linalg.py: speed, and no LAPACK thread-pool deadlock)
 from .law import SIDES, BlockLaw, for_jit, truncate
 
 # ------------------------------------------------------------------------------------
@@ -49,7 +48,7 @@ def blocks_B(S, D, delta):
     M = jnp.eye(m, dtype=S.dtype)[None] + jnp.einsum("ij,njk->nik", S, D) / delta  # I + S D/δ
     # X M = D  <=>  Mᵀ Xᵀ = Dᵀ = D
     Mt = jnp.swapaxes(M, 1, 2)
-    X = solve_small(Mt, D.astype(S.dtype)) if m <= SMALL_SOLVE_MAX_M else jnp.linalg.solve(Mt, D.astype(S.dtype))
+    X = solve_batched(Mt, D.astype(S.dtype))   # per sample: unrolled jnp, not LAPACK (dmft/small_linalg.py)
     return jnp.swapaxes(X, 1, 2)
 
 

@@ -136,3 +136,21 @@ def test_stationary_program_contains_no_batched_lapack_calls():
             txt = jax.jit(lambda key: st._stationary_core(problem, 2.0, key, start, 0.5, 1e-9, N, (), 5, 3, "jacobian",
                                                           True, solver)).lower(jax.random.key(0)).as_text()
             assert _batched_lapack_calls(txt) == [], (problem.m, solver)
+
+
+def test_lapack_fallback_above_small_max_m_warns_where_the_batch_may_split():
+    """Above SMALL_MAX_M the per-sample routines fall back to LAPACK: a batch that jaxlib may split over the CPU pool
+    (the hang's condition) warns at trace time and names the way out; a small batch does not."""
+    import warnings
+
+    from dmft.small_linalg import SMALL_MAX_M, eigh_batched, eigvalsh_small, solve_batched
+
+    m = SMALL_MAX_M + 1
+    A = jnp.broadcast_to(jnp.eye(m), (4096, m, m))
+    for f, args in ((eigh_batched, (A,)), (eigvalsh_small, (A,)), (solve_batched, (A, A[..., :1]))):
+        with pytest.warns(RuntimeWarning, match="SMALL_MAX_M"):
+            jax.eval_shape(f, *args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jax.eval_shape(eigh_batched, A[:16])                  # 16 · 9³ flops: below the split size
+        jax.eval_shape(eigh_batched, jnp.broadcast_to(jnp.eye(SMALL_MAX_M), (4096, SMALL_MAX_M, SMALL_MAX_M)))
