@@ -501,7 +501,7 @@ def main(argv=None):
     g = r.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="reduced sizes, ~12 min on 2 cores (2 workers); writes results/quick/")
     g.add_argument("--full", action="store_true", help="GPU-sized")
-    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~27.3 h summed over the committed runs; use --only)")
+    g.add_argument("--standard", action="store_true", help="(default) CPU-sized runs committed in results/ (~27.8 h summed over the committed runs; use --only)")
     r.add_argument("--only", action="append", help="benchmark name (repeatable)")
     r.add_argument("--outdir", type=pathlib.Path, default=None)
     r.add_argument("--jobs", type=int, default=None,
