@@ -313,7 +313,8 @@ def delta_nn(
     times: str = typer.Option("", help="comma-separated steps for δ*(t) (default: steps/4, steps/2, 3steps/4, steps)"),
     grid: str = typer.Option("1.5,2.5,4,6,9,14", help="coarse δ grid"),
     refine: int = typer.Option(4, help="points of each refinement sweep, spread over the brackets of all times "
-                               "(each widened by half its width; spectral.thresholds.refine_grid)"),
+                               "(each widened by half its width; spectral.thresholds.refine_grid). 4 keeps the default "
+                               "run short; spectral.thresholds.delta_star defaults to 6"),
     paths: int = typer.Option(2048, help="DMFT Monte Carlo paths"),
     d: int = typer.Option(1000, help="dimension for the finite-n convention (n = δ d)"),
     convention: str = typer.Option("finite-n", help="finite-n or strict"),

@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
+from .problem import Tracer
+
 Array = jax.Array
 
 
@@ -51,6 +53,15 @@ def _positive(name, cls, x):
                          f"{name} = 0 divides by zero and {name} < 0 gives a different (reflected) function.")
 
 
+def _nan_unless_positive(out, x):
+    """Under a caller's trace ``x`` cannot be checked at construction (``_positive`` skips it): an invalid traced
+    value makes the output NaN instead of a plausible number from another function (session 51 audit: a traced
+    SoftplusT β < 0 gave the reflected −softplus(−|β| r)/|β| silently). Concrete values pass through untouched."""
+    if not isinstance(x, Tracer):
+        return out
+    return jnp.where(jnp.all(jnp.isfinite(x) & (x > 0)), out, jnp.nan)
+
+
 class SoftplusT(eqx.Module):
     """``softplus(β r)/β`` (β > 0: β = 0 gave inf everywhere, β < 0 the reflected −softplus(−|β| r)/|β|)."""
 
@@ -60,7 +71,7 @@ class SoftplusT(eqx.Module):
         _positive("beta", "SoftplusT", self.beta)
 
     def __call__(self, r):
-        return jax.nn.softplus(self.beta * r) / self.beta
+        return _nan_unless_positive(jax.nn.softplus(self.beta * r) / self.beta, self.beta)
 
 
 class SiLUT(eqx.Module):
@@ -166,7 +177,7 @@ class SmoothReLUPower(eqx.Module):
         _positive("beta", "SmoothReLUPower", self.beta)
 
     def __call__(self, r):
-        return (jax.nn.softplus(self.beta * r) / self.beta) ** self.p
+        return _nan_unless_positive((jax.nn.softplus(self.beta * r) / self.beta) ** self.p, self.beta)
 
 
 class PseudoHuber(eqx.Module):
@@ -174,9 +185,12 @@ class PseudoHuber(eqx.Module):
 
     width: Array = eqx.field(converter=_param)
 
+    def __check_init__(self):
+        _positive("width", "PseudoHuber", self.width)
+
     def __call__(self, y, yhat):
         u = (y - yhat) / self.width
-        return self.width**2 * (jnp.sqrt(1.0 + u**2) - 1.0)
+        return _nan_unless_positive(self.width**2 * (jnp.sqrt(1.0 + u**2) - 1.0), self.width)
 
 
 class Huber(eqx.Module):
@@ -184,9 +198,12 @@ class Huber(eqx.Module):
 
     width: Array = eqx.field(converter=_param)
 
+    def __check_init__(self):
+        _positive("width", "Huber", self.width)
+
     def __call__(self, y, yhat):
         e = jnp.abs(y - yhat)
-        return jnp.where(e <= self.width, 0.5 * e**2, self.width * (e - 0.5 * self.width))
+        return _nan_unless_positive(jnp.where(e <= self.width, 0.5 * e**2, self.width * (e - 0.5 * self.width)), self.width)
 
 
 # ---------------------------------------------------------------------------------------------

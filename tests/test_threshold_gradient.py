@@ -185,3 +185,22 @@ def test_dynamic_route_matches_margin_curve_at_its_jitter():
     mc = margin_curve(family(dict(beta=1.0)), [res.delta_nn], lr=0.5, steps=8, times=(8,), paths=256,
                       key=jax.random.key(0), convention="strict", level="edge", chol_jitter=DYNAMIC_CHOL_JITTER)
     assert abs(float(mc.margin[0, 0])) < 1e-6        # margin slope ≈ −0.2 per unit δ: the roots agree to ~5e-6
+
+
+def test_traced_family_parameter_out_of_range_gives_nan_not_another_function():
+    """Session 51 audit: under vmap/jit a SoftplusT β < 0 silently gave the reflected function (concrete values are
+    refused at construction). Now NaN for an invalid traced β / width; valid traced values and concrete ones are
+    unchanged, and gradients through a valid β stay finite."""
+    import dmft.families as fam
+
+    r = jnp.linspace(-2.0, 2.0, 5)
+    out = np.asarray(jax.vmap(lambda b: fam.SoftplusT(b)(r))(jnp.array([1.5, -1.0, 0.0])))
+    np.testing.assert_allclose(out[0], np.asarray(jax.nn.softplus(1.5 * r) / 1.5), rtol=1e-15)
+    assert np.all(np.isnan(out[1:]))
+    assert np.all(np.isnan(np.asarray(jax.vmap(lambda w: fam.Huber(w)(0.3, r))(jnp.array([-1.0])))))
+    assert np.all(np.isnan(np.asarray(jax.vmap(lambda w: fam.PseudoHuber(w)(0.3, r))(jnp.array([0.0])))))
+    assert np.all(np.isnan(np.asarray(jax.vmap(lambda b: fam.SmoothReLUPower(2.0, b)(r))(jnp.array([-2.0])))))
+    assert np.isfinite(float(jax.grad(lambda b: fam.SoftplusT(b)(r).sum())(1.5)))
+    for bad in (lambda: fam.Huber(-1.0), lambda: fam.PseudoHuber(0.0), lambda: fam.SoftplusT(-1.0)):
+        with pytest.raises(ValueError, match="must be finite and > 0"):
+            bad()
