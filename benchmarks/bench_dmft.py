@@ -11,6 +11,8 @@ import numpy as np
 
 import dmft
 
+from .bench_success_bounded import weighted_line
+
 NAME = "dmft"
 
 from dmft.activations import gelu  # noqa: E402
@@ -101,10 +103,8 @@ def fss_exponent_row(ds, disc, discse, seeds) -> dict:
         return dict(base, quantity=base["quantity"] + f" (noise-dominated: {int(ok.sum())} of {ds.size} d resolve the "
                     f"discrepancy at {RESOLVED_SE:g} s.e.; unweighted slope, not assessed)", simulation=slope,
                     sim_stderr=None, tolerance=None, agree=None)
-    x, y, w = np.log(ds[ok]), np.log(np.abs(disc[ok])), (np.abs(disc[ok]) / discse[ok]) ** 2
-    A = np.stack([np.ones_like(x), x], 1)
-    cov = np.linalg.inv(A.T @ (A * w[:, None]))
-    slope, se = float((cov @ (A.T @ (w * y)))[1]), float(np.sqrt(cov[1, 1]))
+    (_, slope), cov, _ = weighted_line(np.log(ds[ok]), np.log(np.abs(disc[ok])), discse[ok] / np.abs(disc[ok]))
+    slope, se = float(slope), float(np.sqrt(cov[1, 1]))
     return dict(base, quantity=base["quantity"] + f" (weighted fit over the {int(ok.sum())} resolved d)", simulation=slope,
                 sim_stderr=se, tolerance="3 s.e.", agree=bool(abs(slope + 1) < 3 * se))
 
@@ -118,10 +118,7 @@ def fss_limit_row(ds, disc, gd_se, ref_se, seeds) -> dict:
     s.e. ``ref_se`` (common to every d, so it shifts b as a whole and is not part of the fit). The fitted 1/d
     coefficient c ± s.e. is recorded: it bounds the finite-size correction when the exponent cannot be resolved."""
     ds, disc, gd_se = (np.asarray(v, float) for v in (ds, disc, gd_se))
-    X, w = np.stack([np.ones_like(ds), 1 / ds], 1), 1 / np.square(gd_se)
-    cov = np.linalg.inv(X.T @ (w[:, None] * X))
-    b, c = cov @ (X.T @ (w * disc))
-    chi2 = float(np.sum(w * np.square(disc - b - c / ds)))
+    (b, c), cov, chi2 = weighted_line(1 / ds, disc, gd_se)
     se = float(np.hypot(np.sqrt(cov[0, 0]), ref_se))
     return dict(quantity=LIMIT_QUANTITY, theory=0.0, simulation=float(b), sim_stderr=se, d=f"{int(ds[0])}…{int(ds[-1])} → inf",
                 seeds=seeds, tolerance=3 * se, agree=bool(abs(b) <= 3 * se), coefficient_c=float(c),

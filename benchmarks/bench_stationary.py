@@ -14,6 +14,8 @@ import numpy as np
 import dmft
 from dmft.stationary import STATUS_MESSAGES, Warmup, stationary, stationary_sweep
 
+from .bench_success_bounded import weighted_line
+
 NAME = "stationary"
 SIG = 0.5
 
@@ -30,13 +32,9 @@ def _key_mean(v):
 
 
 def _fit_inverse_d(ds, g, g_se):
-    """Weighted least squares g(d) = a + c/d; a's s.e. from the fit covariance, and χ² (dof = len(d) − 2) as a check
-    of the 1/d model."""
-    X = np.stack([np.ones_like(ds), 1 / ds], 1)
-    w = 1 / np.square(g_se)
-    cov = np.linalg.inv(X.T @ (w[:, None] * X))
-    a, c = cov @ (X.T @ (w * g))
-    chi2 = float(np.sum(w * np.square(g - a - c / ds)))
+    """Weighted least squares g(d) = a + c/d (``weighted_line`` in 1/d); a's s.e. from the fit covariance, and χ²
+    (dof = len(d) − 2) as a check of the 1/d model."""
+    (a, c), cov, chi2 = weighted_line(1 / ds, g, g_se)
     return dict(a=float(a), a_se=float(np.sqrt(cov[0, 0])), c=float(c), c_se=float(np.sqrt(cov[1, 1])), chi2=chi2,
                 dof=len(ds) - 2, d=[int(x) for x in ds], values=[float(x) for x in g], stderr=[float(x) for x in g_se])
 
