@@ -60,6 +60,24 @@ def t_factor(k: int) -> float:
     return float(stats.t.ppf(0.5 + COVERAGE / 2, k - 1))
 
 
+def welch_tolerance(a, b) -> tuple[float, float, float]:
+    """Tolerance for |mean(a) − mean(b)| of two independent samples (DMFT keys against GD seeds) with the
+    coverage of 3 normal s.e.: the Student-t quantile at the Welch–Satterthwaite dof times the combined s.e.
+    Returns (tolerance, t multiple, dof); nan where a side has < 2 finite values. With 8 keys and 8 seeds
+    of equal spread: 14 dof, multiple 3.6; with 3 and 3: 4 dof, 6.6 (3 s.e. covered only 96 % there)."""
+    from scipy import stats
+    a, b = (np.asarray(x, float) for x in (a, b))
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if len(a) < 2 or len(b) < 2:
+        return float("nan"), float("nan"), float("nan")
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0:
+        return 0.0, float("nan"), float("nan")
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    f = float(stats.t.ppf(0.5 + COVERAGE / 2, dof))
+    return f * float(np.sqrt(va + vb)), f, float(dof)
+
+
 def _paired(row):
     """Per-seed (equation on the state's law, bottom eigenvalue of the same state) when every seed's equation has an
     outlier, else None."""
