@@ -238,3 +238,9 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
 
 def replot(res, outdir):
     figure(res["setting"], res["data"]["theory"], res["data"]["finite_d"], outdir)
+
+
+def reanalyze(res: dict) -> dict:
+    """Rows recomputed from the stored per-key DMFT margins and per-seed dense spectra (Welch-t tolerances)."""
+    d = res["data"]
+    return dict(res, accuracy=accuracy_rows(res["setting"], d["theory"], d["finite_d"]))
