@@ -311,6 +311,6 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
 
 def reanalyze(res: dict) -> dict:
     """Rows recomputed from the stored per-key DMFT laws and per-seed finite-d states with Welch-t tolerances
-    (no 3 % allowance) and Student-t multiples for the paired edge gaps."""
+    (no 3 % allowance), Student-t multiples for the paired edge gaps and Fisher exact tests for existence."""
     d = res["data"]
     return dict(res, accuracy=accuracy_rows(res["setting"], d["theory"], d["finite_d"], d["edge_finite_size"]))
