@@ -22,6 +22,103 @@ def toy_D(zeta, u):
     return jnp.stack([jnp.stack([al, be], -1), jnp.stack([be, ga], -1)], -2)
 
 
+def toy_setting(tiny: bool) -> dict:
+    """The m = 2 toy law's check (``bench_spectral``): theory CDF (engine settings) and a refined reference
+    theory; dense spectra at several d; a negative control (the engine's theory at a wrong δ)."""
+    return dict(m=2, delta=6.0, law_samples=20_000 if tiny else 50_000, grid=[-1.0, 2.4], points=81, eps=2e-3,
+                refined=dict(law_samples=50_000 if tiny else 200_000, law_key=1, points=161 if tiny else 321,
+                             eps=1e-3 if tiny else 5e-4),
+                ds=[250, 500] if tiny else [250, 500, 1000, 2000], seeds=[8, 8] if tiny else [16, 8, 8, 8],
+                matrix_key=100, control_delta=6.6, law_key=0,
+                D="[[1-3tanh((zeta^2-1)_+), 0.3tanh(u1)], [., 1+0.5tanh(u2)]]",
+                ks="sup over the grid points of |theory CDF − empirical CDF of the 2d eigenvalues|; theory CDF: trapezoid "
+                   "integral of the Stieltjes density from the grid's left end")
+
+
+def toy_law(N: int, key: int):
+    k1, k2 = jax.random.split(jax.random.key(key))
+    zeta = jax.random.normal(k1, (N,))
+    import spectral
+    return spectral.law_from_samples(toy_D(zeta, jax.random.normal(k2, (N, 2))), zeta=zeta, unbounded=())
+
+
+def toy_spectrum(d: int, delta: float, key, vectors: bool = True):
+    """Eigenvalues (and eigenvectors, else None) of the dense (1/n) Σ x_i x_iᵀ ⊗ D_i of the toy law, n = δ d."""
+    import spectral
+    n = int(delta * d)
+    kx, ku = jax.random.split(key)
+    X = jax.random.normal(kx, (n, d))
+    H = np.asarray(spectral.dense_block_matrix(X, toy_D(X[:, 0], jax.random.normal(ku, (n, 2)))))
+    return np.linalg.eigh(H) if vectors else (np.linalg.eigvalsh(H), None)
+
+
+def theory_cdf(law, grid, delta, eps):
+    """Theory CDF on ``grid``: the trapezoid integral of the Stieltjes density from the grid's left end."""
+    import spectral
+    st = spectral.stieltjes(law, grid, delta, eps=eps, throw=False)
+    rho, g = np.asarray(st.density), np.asarray(grid)
+    return np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(g))]), st
+
+
+def ks_distance(cdf, grid, ev) -> float:
+    """Kolmogorov distance between a CDF given on ``grid`` and the empirical CDF of ``ev``, over the grid points."""
+    ev = np.sort(np.asarray(ev))
+    return float(np.max(np.abs(cdf - np.searchsorted(ev, np.asarray(grid), side="right") / ev.size)))
+
+
+def ks_limit(ds, ks) -> dict:
+    """Weighted fit of the seed-mean KS distance = b + c/d (s.e. from the seeds): the d → ∞ limit b is the
+    distance of the theory to the true limiting law (0 for an exact theory, up to its discretization); a
+    wrong theory leaves b > 0."""
+    from .bench_success_bounded import weighted_line
+    m = np.array([np.mean(k) for k in ks])
+    se = np.array([np.std(k, ddof=1) / np.sqrt(len(k)) for k in ks])
+    beta, cov, chi2 = weighted_line(1.0 / np.asarray(ds, float), m, se)
+    return dict(b=float(beta[0]), b_stderr=float(np.sqrt(cov[0, 0])), c=float(beta[1]), c_stderr=float(np.sqrt(cov[1, 1])),
+                chi2=chi2, dof=len(ds) - 2, mean=m.tolist(), stderr=se.tolist())
+
+
+def toy_rows(T, toy) -> list:
+    """Rows of the m = 2 toy check from the stored per-seed values (recomputed by the test).
+
+    KS (session 53; before: one d, one seed, a fixed tolerance 0.03 that nothing measured): the finite-d KS
+    distance to the reference theory per d (reported), and its d → ∞ limit b of ``ks_limit`` against 0 with
+    tolerance t(0.99865, seeds − 1 of the smallest group) · s.e.(b) + the engine-vs-reference distance (the
+    theory's own discretization, measured: a bound on the reference's). The negative control (the engine's
+    theory at δ = ``control_delta``) must leave b resolved: its numbers are in the row's note.
+    Outlier and cos² at the largest d: the issue's 3 % plus t(seeds − 1) s.e. of the seeds."""
+    from .bench_first_phase import t_factor
+    acc = []
+    ds, nseeds = T["ds"], [len(k) for k in toy["ks"]]
+    lim, ctl = ks_limit(ds, toy["ks"]), ks_limit(ds, toy["ks_control"])
+    for d, k in zip(ds, toy["ks"]):
+        acc.append(dict(quantity="m=2 toy bulk: Kolmogorov distance, reference theory CDF vs dense eigenvalues (reported; "
+                                 "assessed through its d → ∞ limit)", theory=0.0, simulation=float(np.mean(k)),
+                        sim_stderr=float(np.std(k, ddof=1) / np.sqrt(len(k))), d=int(d), seeds=len(k), tolerance=None,
+                        agree=None, reference="finite d"))
+    tf = t_factor(min(nseeds))
+    tol = tf * lim["b_stderr"] + toy["engine_vs_reference"]
+    acc.append(dict(quantity=f"m=2 toy bulk: Kolmogorov distance extrapolated to d → ∞ (fit b + c/d over d = {ds})",
+                    theory=0.0, simulation=lim["b"], sim_stderr=lim["b_stderr"], d=int(max(ds)), seeds=int(sum(nseeds)),
+                    tolerance=float(tol), tolerance_rule=f"t(0.99865, {min(nseeds) - 1} dof) = {tf:.2f} s.e.(b) + the "
+                    "engine-vs-reference theory distance (measured discretization)",
+                    agree=bool(abs(lim["b"]) <= tol), reference="finite d extrapolated",
+                    note=(f"c = {lim['c']:.3g} ± {lim['c_stderr']:.2g}, χ² {lim['chi2']:.2f} on {lim['dof']} dof; engine theory "
+                          f"vs reference {toy['engine_vs_reference']:.4f}; negative control (theory at δ = "
+                          f"{T['control_delta']:g}, matrices at δ = {T['delta']:g}): b = {ctl['b']:.4f} ± {ctl['b_stderr']:.4f}, "
+                          f"{'resolved' if ctl['b'] > tol else 'NOT resolved'} by this tolerance")))
+    b, c2 = np.asarray(toy["bottom"][-1]), np.asarray(toy["cosine2"][-1])
+    tf = t_factor(len(b))
+    for what, th, x in (("bottom outlier location", toy["theory_outlier"], b),
+                        ("outlier squared cosine with theta", toy["theory_cosine2"], c2)):
+        se = float(np.std(x, ddof=1) / np.sqrt(len(x)))
+        acc.append(dict(quantity=f"m=2 toy: {what} (the issue's 3% + t s.e.)", theory=float(th), simulation=float(np.mean(x)),
+                        sim_stderr=se, d=int(ds[-1]), seeds=len(x), tolerance=float(0.03 * abs(th) + tf * se),
+                        tolerance_rule=f"3% (issue #3) + t(0.99865, {len(x) - 1} dof) = {tf:.2f} s.e.",
+                        agree=bool(abs(th - np.mean(x)) <= 0.03 * abs(th) + tf * se), reference="finite d"))
+    return acc
+
+
 def _row(q, th, sim, se, d, seeds, tol):
     return dict(quantity=q, theory=float(th), simulation=float(sim), sim_stderr=None if se is None else float(se),
                 d=int(d), seeds=int(seeds), tolerance=float(tol), agree=bool(abs(th - sim) <= tol))
@@ -86,42 +183,50 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                         None, 0, 0, 1e-3))
     perf.append(dict(what="all §4 values by quadrature", value=time.perf_counter() - t0, unit="s", ratio=None, note=""))
 
-    # ---- m = 2 toy law: bulk KS and outlier vs dense eigh ----------------------------------
-    delta = 6.0
-    N = 20_000 if tiny else 50_000 if quick else 200_000
-    k1, k2 = jax.random.split(jax.random.key(0))
-    zeta = jax.random.normal(k1, (N,))
-    law = spectral.law_from_samples(toy_D(zeta, jax.random.normal(k2, (N, 2))), zeta=zeta, unbounded=())
+    # ---- m = 2 toy law: bulk KS against a measured null, and the outlier, vs dense eigh ----------
+    T = toy_setting(tiny)
+    delta, N = T["delta"], T["law_samples"]
+    law = toy_law(N, 0)
     out = spectral.outlier(law, delta, "bottom")
-    grid = jnp.linspace(-1.0, 2.4, 80 if quick else 200)
+    grid = jnp.linspace(*T["grid"], T["points"])
     t0 = time.perf_counter()
-    st = spectral.stieltjes(law, grid, delta, eps=2e-3)
+    cdf, st = theory_cdf(law, grid, delta, T["eps"])
     perf.append(dict(what=f"stieltjes, {grid.size} lambda, m=2, {N} samples (incl. compile)",
                      value=time.perf_counter() - t0, unit="s", ratio=None, note=f"{int(st.iterations.sum())} iterations"))
-    rho = np.asarray(st.density)
-    g = np.asarray(grid)
-    cdf = np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(g))])
-    d = 1000 if quick else 2000
-    seeds = 1 if quick else 2
-    lam0, c20, ks, evs = [], [], [], None
-    for s in range(seeds):
-        n = int(delta * d)
-        kx, ku = jax.random.split(jax.random.key(100 + s))
-        X = jax.random.normal(kx, (n, d))
-        H = np.asarray(spectral.dense_block_matrix(X, toy_D(X[:, 0], jax.random.normal(ku, (n, 2)))))
-        ev, V = np.linalg.eigh(H)
-        lam0.append(ev[0])
-        c20.append(np.sum(V[:2, 0] ** 2))
-        ks.append(np.max(np.abs(cdf - np.array([np.mean(ev <= x) for x in g]))))
-        evs = ev
-    se = lambda x: (np.std(x, ddof=1) / np.sqrt(len(x))) if len(x) > 1 else None
-    acc.append(_row("m=2 toy bulk: Kolmogorov distance theory CDF vs dense eigenvalues", 0.0, np.mean(ks), se(ks), d,
-                    seeds, 0.03))
-    acc.append(_row("m=2 toy: bottom outlier location (3%)", float(out.eigenvalue), np.mean(lam0), se(lam0), d, seeds,
-                    0.03 * abs(float(out.eigenvalue))))
-    acc.append(_row("m=2 toy: outlier squared cosine with theta (3%)", float(out.cosine2), np.mean(c20), se(c20), d,
-                    seeds, 0.03 * float(out.cosine2)))
-
+    rho, g = np.asarray(st.density), np.asarray(grid)
+    R = T["refined"]                       # the reference theory: more samples (new key), smaller ε, finer grid
+    t0 = time.perf_counter()
+    gr = jnp.linspace(*T["grid"], R["points"])
+    cdf_ref, st_ref = theory_cdf(toy_law(R["law_samples"], R["law_key"]), gr, delta, R["eps"])
+    perf.append(dict(what=f"stieltjes, reference theory: {gr.size} lambda, {R['law_samples']} samples, eps={R['eps']:g} "
+                          "(incl. compile)", value=time.perf_counter() - t0, unit="s", ratio=None,
+                     note=f"{int(st_ref.iterations.sum())} iterations"))
+    cdf_wrong, _ = theory_cdf(law, grid, T["control_delta"], T["eps"])   # negative control: the theory at a wrong δ
+    stride = (R["points"] - 1) // (T["points"] - 1)
+    scan = dict(ks=[], ks_engine=[], ks_control=[], bottom=[], cosine2=[])
+    t0 = time.perf_counter()
+    for d, seeds in zip(T["ds"], T["seeds"]):
+        per = {k_: [] for k_ in scan}
+        for s in range(seeds):
+            last = d == T["ds"][-1]        # eigenvectors (outlier cos²) at the largest d only
+            ev, V = toy_spectrum(d, delta, jax.random.fold_in(jax.random.key(T["matrix_key"]), 1000 * d + s), vectors=last)
+            per["ks"].append(ks_distance(cdf_ref, np.asarray(gr), ev))
+            per["ks_engine"].append(ks_distance(cdf, g, ev))
+            per["ks_control"].append(ks_distance(cdf_wrong, g, ev))
+            per["bottom"].append(float(ev[0]))
+            per["cosine2"].append(float(np.sum(V[:2, 0] ** 2)) if last else None)
+            evs = ev
+        for k_ in scan:
+            scan[k_].append(per[k_])
+    perf.append(dict(what=f"dense eigh of the m=2 toy matrix at d={T['ds']} ({T['seeds']} seeds)",
+                     value=time.perf_counter() - t0, unit="s", ratio=None,
+                     note="numpy eigvalsh; eigh with eigenvectors at the largest d"))
+    toy = dict(theory_outlier=float(out.eigenvalue), theory_cosine2=float(out.cosine2),
+               engine_vs_reference=float(np.max(np.abs(cdf - cdf_ref[::stride]))),
+               mass_on_grid=float(cdf[-1]), reference_mass_on_grid=float(cdf_ref[-1]),
+               converged=int(np.sum(np.asarray(st.converged))), reference_converged=int(np.sum(np.asarray(st_ref.converged))),
+               **scan)
+    acc += toy_rows(T, toy)
     # ---- speed: 512 λ, m = 4, one vmapped compile -----------------------------------------
     Ns, nl = (1_000, 64) if tiny else (2_000, 128) if quick else (100_000, 512)
     A = jax.random.normal(jax.random.key(11), (Ns, 4, 4)) / 2.0
@@ -149,17 +254,26 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
                  probe_patience_row(lambda **kw: spectral.bulk_edge(law4, 4.0, "bottom", **kw),
                                     f"bulk_edge, m=4, {Ns} samples")]
 
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.hist(evs, bins=120, density=True, alpha=0.5, label=f"dense eigh d={d}")
-    ax.plot(g, rho, "k", lw=1, label="block Stieltjes")
-    ax.axvline(float(out.eigenvalue), color="r", lw=0.8, label="predicted outlier")
-    ax.legend(fontsize=7)
-    ax.set_title(f"m=2 toy law, delta={delta}", fontsize=8)
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
+    ax[0].hist(evs, bins=120, density=True, alpha=0.5, label=f"dense eigh d={T['ds'][-1]}")
+    ax[0].plot(g, rho, "k", lw=1, label="block Stieltjes")
+    ax[0].axvline(float(out.eigenvalue), color="r", lw=0.8, label="predicted outlier")
+    ax[0].legend(fontsize=7)
+    ax[0].set_title(f"m=2 toy law, delta={delta}", fontsize=8)
+    inv = 1.0 / np.asarray(T["ds"], float)
+    xs = np.linspace(0, inv.max(), 20)
+    for key, lab, c in (("ks", "reference theory", "k"), ("ks_control", f"control: theory at δ={T['control_delta']:g}", "r")):
+        f = ks_limit(T["ds"], toy[key])
+        ax[1].errorbar(inv, f["mean"], f["stderr"], fmt="o", color=c, label=lab)
+        ax[1].plot(xs, f["b"] + f["c"] * xs, "--", color=c, lw=0.8)
+    ax[1].set_xlabel("1/d")
+    ax[1].set_ylabel("Kolmogorov distance")
+    ax[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(outdir / "spectral.png", dpi=120)
     plt.close(fig)
-    return dict(setting=dict(quick=quick, toy=dict(m=2, delta=delta, law_samples=N, d=d, seeds=seeds,
-                                                   D="[[1-3tanh((zeta^2-1)_+), 0.3tanh(u1)], [., 1+0.5tanh(u2)]]"),
+    return dict(setting=dict(quick=quick, toy=T,
                              note="the THEORY §2 DMFT-state check is in spectral_finite_size (d = 1000-4000, paths >> n) "
                                   "and spectral_dmft_state (bounded D)"),
+                data=dict(toy=toy),
                 accuracy=acc, performance=perf, figure="spectral.png")
