@@ -21,9 +21,12 @@ W-Hessian at the final state: the 3 smallest eigenpairs by Lanczos (hard-row wei
 eigenvector), the smallest eigenvalue with the hard rows removed (the bulk edge seen by the rest,
 ``spectral.finite_state``'s constrained edge), and at d ≤ ``dense_max`` all eigenvalues by dense
 eigh for the Kolmogorov distance to the theory CDF. Tolerances: 3% of the value plus 3 combined
-standard errors (seeds and keys) for locations and the edge, 0.03 plus 3 s.e. for cos², 0.03 for
-the Kolmogorov distance; the trend in d of each deviation is reported (a power law is fitted only
-where the deviation is resolved).
+standard errors (seeds and keys) for locations and the edge, 0.03 plus 3 s.e. for cos²; the
+Kolmogorov distance is reported, not assessed (``ks_row``; session 53, ``reanalyze``: the fixed 0.03 used
+before could not detect even a 50 % error in δ — ``bench_spectral`` — and the null of this theory, a
+DMFT law of finitely many paths, is not measured here; ``bench_spectral`` and ``bench_stieltjes_grid``
+assess the density against a measured null); the trend in d of each deviation is reported (a power
+law is fitted only where the deviation is resolved).
 """
 
 from __future__ import annotations
@@ -98,6 +101,27 @@ def _finite_d(prob, k, tol, max_iters):
         return r.eigenvalues, weight, r.status, r.iterations, rc.eigenvalues, rc.status, rc.iterations
 
     return jax.jit(f)
+
+
+def ks_row(tag: str, ks, d: int) -> dict:
+    """The Kolmogorov distance of the theory CDF to the dense eigenvalues: reported, not assessed (no measured null)."""
+    return dict(quantity=f"{tag}: Kolmogorov distance, theory CDF vs dense eigenvalues (reported)", theory=0.0,
+                theory_stderr=0.0, simulation=float(np.mean(ks)), sim_stderr=float(_se(ks)), d=int(d), seeds=len(ks),
+                tolerance=None, agree=None, reference="finite d",
+                note="not assessed: no measured null for a DMFT law of finitely many paths; a fixed 0.03 (used before "
+                     "session 53) cannot detect a 50 % error in δ (bench_spectral); the density is assessed against a "
+                     "measured null in spectral.json and stieltjes_grid.json")
+
+
+def reanalyze(res: dict) -> dict:
+    """The Kolmogorov-distance rows become reported (not assessed): their fixed 0.03 had no measured null."""
+    acc = []
+    for r in res["accuracy"]:
+        if "Kolmogorov distance" in r["quantity"]:
+            name = next(S["name"] for S in res["setting"]["settings"] if f"PR {S['name']} " in r["quantity"])
+            r = ks_row(r["quantity"].split(": Kolmogorov")[0], res["data"][name]["per_d"][str(r["d"])]["ks"], r["d"])
+        acc.append(r)
+    return dict(res, accuracy=acc)
 
 
 def run_setting(S: dict):
@@ -196,8 +220,7 @@ def run_setting(S: dict):
         acc.append(_row(f"{tag}: bulk left edge vs smallest eigenvalue off the hard rows (3% + 3 s.e.)", edge_th, edge_se,
                         edge_d.mean(), _se(edge_d), d, S["seeds"], 0.03 * abs(edge_th) + 3 * np.hypot(edge_se, _se(edge_d))))
         if rec["ks"]:
-            acc.append(_row(f"{tag}: Kolmogorov distance, theory CDF vs dense eigenvalues", 0.0, 0.0, np.mean(rec["ks"]),
-                            _se(rec["ks"]), d, S["seeds"], 0.03))
+            acc.append(ks_row(tag, rec["ks"], d))
         # the first eigenvalue past the predicted outliers should be bulk: at the constrained edge
         rec.update(n=n, next_eigenvalue_minus_edge=(ev[:, n_out] - edge_d).tolist(),
                    next_hard_weight=w[:, n_out].tolist())

@@ -993,7 +993,8 @@ def test_committed_spectral_dmft_state_is_consistent():
             assert np.all(np.abs(np.asarray(rec["next_eigenvalue_minus_edge"])) < 0.02)
             if rec["ks"]:
                 (ks,) = [r for r in rows if r["d"] == d and "Kolmogorov" in r["quantity"]]
-                assert ks["simulation"] == pytest.approx(np.mean(rec["ks"]), rel=1e-12) and ks["agree"]
+                tag = ks["quantity"].split(": Kolmogorov")[0]
+                assert_same_json(b.ks_row(tag, rec["ks"], d), ks)   # reported, not assessed (no measured null)
     S = res["setting"]["settings"][0]
     prob = b.problem(tuple(S["a"]), S["huber_width"], S["activation"])
     tr = dmft.solve(prob, S["delta"], S["lr"], S["steps"], S["paths"], jax.random.key(70), save_samples_at=(S["steps"],))
