@@ -45,7 +45,7 @@ import spectral
 from dmft.simulate import simulation_data
 from spectral.thresholds import delta_star
 
-from .bench_first_phase import COVERAGE, t_factor, welch_tolerance
+from .bench_first_phase import COVERAGE, t_factor, welch_rule, welch_tolerance
 from .bench_spectral_finite_size import _power_fit, _se
 from .bench_success_bounded import weighted_line
 from .bench_two_route import problem
@@ -75,7 +75,7 @@ def _welch(a, b) -> dict:
     """Tolerance of DMFT keys ``a`` against finite-d seeds ``b`` (independent): the t multiple at the Welch dof of
     the combined s.e., coverage of 3 normal s.e. (session 53; before, 3 % + 3 combined s.e.)."""
     tol, f, dof = welch_tolerance(a, b)
-    return dict(value=tol, rule=f"t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × combined s.e. (no allowance)")
+    return dict(value=tol, rule=welch_rule(f, dof))
 
 
 def _row(quantity, theory, theory_se, sim, sim_se, d, seeds, tol, note=None):

@@ -79,6 +79,11 @@ def welch_tolerance(a, b) -> tuple[float, float, float]:
     return f * float(np.sqrt(va + vb)), f, float(dof)
 
 
+def welch_rule(f: float, dof: float) -> str:
+    """The ``tolerance_rule`` text of a :func:`welch_tolerance` row."""
+    return f"t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × combined s.e. (no allowance)"
+
+
 def _paired(row):
     """Per-seed (equation on the state's law, bottom eigenvalue of the same state) when every seed's equation has an
     outlier, else None."""

@@ -52,7 +52,7 @@ import spectral
 from dmft.simulate import simulation_data
 from spectral.thresholds import _upper_root_on_grid, margin_curve
 
-from .bench_first_phase import welch_tolerance
+from .bench_first_phase import welch_rule, welch_tolerance
 from .bench_spectral_finite_size import _se
 from .bench_two_route import problem
 
@@ -100,8 +100,7 @@ def _welch_row(quantity, a, b, d, note=None):
     fa, fb = a[np.isfinite(a)], b[np.isfinite(b)]
     tol, f, dof = welch_tolerance(fa, fb)
     mean_se = [(x.mean(), _se(x)) if len(x) >= 2 else (np.nan, np.nan) for x in (fa, fb)]
-    return _row(quantity, *mean_se[0], *mean_se[1], d, len(b), tol,
-                f"t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × combined s.e. (no allowance)", note=note)
+    return _row(quantity, *mean_se[0], *mean_se[1], d, len(b), tol, welch_rule(f, dof), note=note)
 
 
 def accuracy_rows(S, theory, finite_d):
