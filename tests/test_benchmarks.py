@@ -1507,6 +1507,26 @@ def test_two_route_rows_without_a_threshold_are_not_assessed():
     assert all(r["agree"] is None for r in res["accuracy"] if r["theory"] is None or r["simulation"] is None)
 
 
+def test_welch_tolerance_is_the_welch_t_test_at_three_sigma_coverage():
+    """``welch_tolerance`` (DMFT keys against GD seeds): |mean difference| ≤ tolerance exactly when scipy's Welch
+    t-test has two-sided p ≥ 1 − 0.9973; fewer than 3 values on a side is not assessed (nan)."""
+    from scipy import stats
+
+    from benchmarks.bench_first_phase import COVERAGE, welch_tolerance
+
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        a = rng.normal(0, rng.uniform(0.5, 2), rng.integers(3, 12))
+        b = rng.normal(rng.normal(0, 1.5), rng.uniform(0.5, 2), rng.integers(3, 12))
+        tol, f, dof = welch_tolerance(a, b)
+        t = stats.ttest_ind(a, b, equal_var=False)
+        assert dof == pytest.approx(t.df, rel=1e-10)
+        if abs(t.pvalue - (1 - COVERAGE)) > 1e-6:
+            assert (abs(a.mean() - b.mean()) <= tol) == (t.pvalue >= 1 - COVERAGE)
+    assert np.isnan(welch_tolerance([1.0, 2.0], [1.0, 2.0, 3.0])[0])
+    assert np.isnan(welch_tolerance([1.0, 2.0, np.nan, 4.0], [0.0, np.nan, 1.0])[0])
+
+
 def test_first_phase_rows_are_paired_with_student_t_tolerance_and_a_limit_fit():
     """Theory at the state and the finite-d eigenvalue come from the same states: the row tests the paired
     difference at the Student-t multiple of its s.e. (3-seed s.e. → 19.2), and per δ the d → ∞ limit of a
