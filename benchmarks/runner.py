@@ -294,13 +294,47 @@ def reference_kind(row) -> str:
     return "finite d"
 
 
+def z_calibration(rows_by_name: dict) -> dict:
+    """How honest are the stated errors? Over the assessed two-sided rows that carry a standard error (theory and
+    reference numbers, combined s.e. > 0; not one-sided rules), z = (theory − reference) / combined s.e.: the
+    fractions with |z| ≤ 1, 2, 3 against a normal law's 0.683 / 0.954 / 0.9973, and per benchmark the rows with
+    |z| > 3 (agreeing ones pass through an allowance or a Student-t multiple; disagreeing ones are findings).
+    A reading aid, not a test: finite-size rows that are meant to disagree count too (session 53)."""
+    import numpy as np
+
+    zs, per = [], {}
+    for name, rows in rows_by_name.items():
+        for r in rows:
+            th, ref = r.get("theory"), r.get("simulation")
+            if r.get("agree") is None or "one-sided" in f"{r.get('tolerance_rule', '')} {r.get('tolerance', '')}":
+                continue
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (th, ref)):
+                continue
+            ses = [r.get("theory_stderr") or 0.0, r.get("sim_stderr") or 0.0]
+            if not all(isinstance(v, (int, float)) for v in ses):
+                continue
+            se = float(np.hypot(*ses))
+            if not (se > 0) or not np.isfinite(th - ref):
+                continue
+            z = (th - ref) / se
+            zs.append(z)
+            if abs(z) > 3:
+                c = per.setdefault(name, dict(rows=0, agree=0, disagree=0))
+                c["rows"] += 1
+                c["agree" if r["agree"] else "disagree"] += 1
+    a = np.abs(np.asarray(zs, float))
+    return dict(rows=int(a.size), within=[float(np.mean(a <= k)) if a.size else float("nan") for k in (1, 2, 3)],
+                normal=[0.6827, 0.9545, 0.9973], median_abs_z=float(np.median(a)) if a.size else float("nan"),
+                beyond_3=dict(sorted(per.items(), key=lambda kv: -kv[1]["rows"])))
+
+
 def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path | None = None):
     path = path or (HERE / "RESULTS.md")
     rdir = pathlib.Path(results_dir) if results_dir else RESULTS
     files = sorted(rdir.glob("*.json")) + sorted(rdir.glob("gpu/*.json"))
     acc_lines = ["| benchmark | quantity | theory | reference ± s.e. | against | d | seeds | tolerance | agree |",
                  "|---|---|---|---|---|---|---|---|---|"]
-    kinds = {}
+    kinds, rows_by_name = {}, {}
     perf_lines = ["| benchmark | what | value | unit | ratio | note |", "|---|---|---|---|---|---|"]
     runs = ["| benchmark | file | mode | device | jax | date | status | wall (s) | compile (s) | programs |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -317,6 +351,7 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
         runs.append(f"| {name} | {rel} | {pv.get('mode')} | {pv.get('platform')}:{pv.get('device')} | {pv.get('jax')} | "
                     f"{pv.get('date')} | {res.get('status')} | {res.get('wall_s')} | {_compile_cell(res)} |")
         tag = f"{name} ({pv.get('platform')})"
+        rows_by_name.setdefault(tag, []).extend(res.get("accuracy", []))
         for row in res.get("accuracy", []):
             se = row.get("sim_stderr")
             sim = _fmt(row.get("simulation")) + (f" ± {_fmt(se, 2)}" if se is not None else "")
@@ -344,9 +379,23 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
             "closed form, or theory (other route): another route of the theory (e.g. stationary against dynamic "
             "DMFT), a consistency check, not a check of the theory itself; see quantity: the row says. Rows: "
             + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) + ".", "", *acc_lines, "",
+            *_calibration_lines(z_calibration(rows_by_name)),
             "## Performance", "", *perf_lines, ""]
     path.write_text("\n".join(text))
     return path
+
+
+def _calibration_lines(cal: dict) -> list:
+    """The RESULTS.md section of :func:`z_calibration`."""
+    w, nrm = cal["within"], cal["normal"]
+    lines = ["## Calibration of the stated errors", "",
+             " ".join(z_calibration.__doc__.split("(session 53)")[0].split()) + ".", "",
+             "| rows | \\|z\\| ≤ 1 | \\|z\\| ≤ 2 | \\|z\\| ≤ 3 | median \\|z\\| |", "|---|---|---|---|---|",
+             f"| {cal['rows']} | {w[0]:.3f} (normal {nrm[0]}) | {w[1]:.3f} ({nrm[1]}) | {w[2]:.3f} ({nrm[2]}) | "
+             f"{cal['median_abs_z']:.2f} (0.67) |", "",
+             "| benchmark | rows with \\|z\\| > 3 | of which agree | disagree |", "|---|---|---|---|"]
+    lines += [f"| {k} | {v['rows']} | {v['agree']} | {v['disagree']} |" for k, v in cal["beyond_3"].items()]
+    return lines + [""]
 
 
 def _process_compile_cache():

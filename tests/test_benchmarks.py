@@ -1494,6 +1494,22 @@ def test_results_table_says_what_each_row_is_checked_against(tmp_path):
     assert "Rows: theory (other route) 1." in text
 
 
+def test_results_calibration_counts_two_sided_rows_with_an_error():
+    """RESULTS.md's calibration of the stated errors: z = (theory − reference) / combined s.e. over the assessed
+    two-sided rows with an s.e.; one-sided, not-assessed and error-free rows are left out; |z| > 3 per benchmark."""
+    rows = [dict(theory=1.0, simulation=1.0, sim_stderr=0.1, agree=True),                     # z = 0
+            dict(theory=1.0, simulation=1.15, theory_stderr=0.06, sim_stderr=0.08, agree=True),  # z = −1.5
+            dict(theory=1.0, simulation=1.5, sim_stderr=0.1, agree=False),                    # z = −5
+            dict(theory=1.0, simulation=1.5, sim_stderr=0.1, agree=True, tolerance=0.6),        # z = −5, an allowance
+            dict(theory=1.0, simulation=9.0, sim_stderr=0.1, agree=True, tolerance_rule="one-sided: sim < theory"),
+            dict(theory=1.0, simulation=9.0, sim_stderr=0.1, agree=None),
+            dict(theory=1.0, simulation=9.0, sim_stderr=None, agree=False),
+            dict(theory=None, simulation=9.0, sim_stderr=0.1, agree=True)]
+    cal = runner.z_calibration({"b": rows})
+    assert cal["rows"] == 4 and cal["within"] == [0.25, 0.5, 0.5] and cal["median_abs_z"] == pytest.approx(3.25)
+    assert cal["beyond_3"] == {"b": dict(rows=2, agree=1, disagree=1)}
+
+
 def test_two_route_rows_without_a_threshold_are_not_assessed():
     """A route comparison where a route returned no δ_NN is "not assessed" (agree None), not a disagreement; the
     committed file is its own reanalysis."""
