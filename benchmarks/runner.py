@@ -296,7 +296,8 @@ def reference_kind(row) -> str:
 
 def z_calibration(rows_by_name: dict) -> dict:
     """How honest are the stated errors? Over the assessed two-sided rows that carry a standard error (theory and
-    reference numbers, combined s.e. > 0; not one-sided rules), z = (theory − reference) / combined s.e.: the
+    reference numbers, combined s.e. > 0; not one-sided rules), z = (theory − reference) / combined s.e. (paired rows:
+    the paired difference over its s.e.; a DMFT s.e. counts as the theory's): the
     fractions with |z| ≤ 1, 2, 3 against a normal law's 0.683 / 0.954 / 0.9973, and per benchmark the rows with
     |z| > 3 (agreeing ones pass through an allowance or a Student-t multiple; disagreeing ones are findings).
     A reading aid, not a test: finite-size rows that are meant to disagree count too (session 53)."""
@@ -310,13 +311,16 @@ def z_calibration(rows_by_name: dict) -> dict:
                 continue
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (th, ref)):
                 continue
-            ses = [r.get("theory_stderr") or 0.0, r.get("sim_stderr") or 0.0]
-            if not all(isinstance(v, (int, float)) for v in ses):
+            if isinstance(r.get("paired_stderr"), (int, float)):       # paired rows: the paired difference's s.e.
+                diff, se = r["paired_difference"], r["paired_stderr"]
+            else:
+                ses = [r.get("theory_stderr", r.get("dmft_stderr")) or 0.0, r.get("sim_stderr") or 0.0]
+                if not all(isinstance(v, (int, float)) for v in ses):
+                    continue
+                diff, se = th - ref, float(np.hypot(*ses))
+            if not (se > 0) or not np.isfinite(diff):
                 continue
-            se = float(np.hypot(*ses))
-            if not (se > 0) or not np.isfinite(th - ref):
-                continue
-            z = (th - ref) / se
+            z = diff / se
             zs.append(z)
             if abs(z) > 3:
                 c = per.setdefault(name, dict(rows=0, agree=0, disagree=0))

@@ -1504,9 +1504,12 @@ def test_results_calibration_counts_two_sided_rows_with_an_error():
             dict(theory=1.0, simulation=9.0, sim_stderr=0.1, agree=True, tolerance_rule="one-sided: sim < theory"),
             dict(theory=1.0, simulation=9.0, sim_stderr=0.1, agree=None),
             dict(theory=1.0, simulation=9.0, sim_stderr=None, agree=False),
-            dict(theory=None, simulation=9.0, sim_stderr=0.1, agree=True)]
-    cal = runner.z_calibration({"b": rows})
-    assert cal["rows"] == 4 and cal["within"] == [0.25, 0.5, 0.5] and cal["median_abs_z"] == pytest.approx(3.25)
+            dict(theory=None, simulation=9.0, sim_stderr=0.1, agree=True),
+            dict(theory=1.0, simulation=1.25, dmft_stderr=0.1, agree=True),                       # z = −2.5
+            dict(theory=1.0, simulation=1.5, sim_stderr=0.3, paired_difference=-0.05, paired_stderr=0.1, agree=True)]
+    cal = runner.z_calibration({"b": rows})                                                      # paired: z = −0.5
+    assert cal["rows"] == 6 and cal["within"] == pytest.approx([2 / 6, 3 / 6, 4 / 6])
+    assert cal["median_abs_z"] == pytest.approx(2.0)
     assert cal["beyond_3"] == {"b": dict(rows=2, agree=1, disagree=1)}
 
 
