@@ -68,6 +68,13 @@ def provenance(mode: str) -> dict:
                 xla_flags_deltann=XLA_FLAGS_STATUS)
 
 
+def _load():
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):   # not available on this platform
+        return None
+
+
 def _jsonable(x):
     import numpy as np
 
@@ -107,7 +114,7 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
     for name in names:
         mod = importlib.import_module(f"benchmarks.bench_{name}")
         print(f"== benchmark {name} ({mode})", flush=True)
-        t0 = time.perf_counter()
+        t0, load0 = time.perf_counter(), _load()
         _COMPILE.reset()
         try:
             res = mod.run(mode, outdir)
@@ -120,7 +127,10 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
         wall = round(time.perf_counter() - t0, 2)
         res.setdefault("performance", []).extend(_memory_rows())
         res.update(name=getattr(mod, "NAME", name), status=status, wall_s=wall, compile=_COMPILE.summary(),
-                   provenance=provenance(mode))
+                   provenance=dict(provenance(mode), host_load=dict(start=load0, end=_load(), cpus=os.cpu_count(),
+                                   note="os.getloadavg() (1, 5, 15 min) at the start and end of this benchmark; it counts "
+                                        "the benchmark's own threads (about 1.0–1.4 alone); a higher value means other "
+                                        "work shared the machine and timings are slower")))
         (outdir / f"{res['name']}.json").write_text(json.dumps(res, indent=1))
         done[res["name"]] = res
         print(f"   {status} in {res['wall_s']} s -> {outdir / (res['name'] + '.json')}", flush=True)
