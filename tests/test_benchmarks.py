@@ -1078,7 +1078,7 @@ def test_committed_window_bounded_is_consistent():
     phase is stationary at every δ ≥ 4 of the grid (that is what makes this setting's criterion clean);
     and at δ = 4 every DMFT key has a negative outlier and every finite-d state's bottom eigenvalue is
     negative with hard weight ≥ 0.25, while at δ = 8 every finite-d bottom eigenvalue is positive (the
-    DMFT keys disagree there at 2048 paths: see docs/thresholds.md)."""
+    DMFT keys disagree there at 2048 paths: see docs/thresholds.md); GD is at the DMFT's time and converged."""
     from benchmarks.bench_window_bounded import WEIGHT_LEVEL, accuracy_rows, upper_crossing
 
     res = _load("window_bounded")
@@ -1091,9 +1091,11 @@ def test_committed_window_bounded_is_consistent():
     i4, i8 = S["fd_deltas"].index(4.0), S["fd_deltas"].index(8.0)
     j4 = int(np.argmin(np.abs(grid - 4)))
     assert np.all(np.asarray(th["outlier"])[:, j4] < 0)
+    assert S["fd_steps"] == S["steps"]            # both sides at the same t·η (session 53)
     for d in S["ds"]:
         b, hw = np.asarray(fd[str(d)]["bottom"]), np.asarray(fd[str(d)]["hard_weight0"])
         assert np.all(b[i4] < 0) and np.all(hw[i4] >= WEIGHT_LEVEL) and np.all(b[i8] > 0)
+        assert np.max(np.abs(fd[str(d)]["train_change_last_half"])) < 1e-3   # GD's first phase converged too
 
 
 def test_committed_window_plateau_is_consistent():
