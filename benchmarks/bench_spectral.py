@@ -87,9 +87,9 @@ def toy_rows(T, toy) -> list:
     theory's own discretization, measured: with the reference's error at most half the engine's — 4× the samples,
     ε/4, 4× the grid — it bounds the reference's). The negative controls (the engine's theory at the wrong
     δ = ``control_deltas`` against the same matrices) say what this rule detects: their limits and whether the
-    tolerance resolves them are in the row's note (measured: a 25 % error in δ is detected, a 10 % one is not —
-    the sup distance of the theory CDFs at δ = 6 and 6.6 is only 0.0085; the fixed 0.03 used before could not
-    detect a 50 % error, δ = 9: 0.029).
+    tolerance resolves them are in the row's note (measured: a 25 % error in δ is detected, a 10 % one is not;
+    scratch runs, session 53: the sup distance of the engine's theory CDFs at δ = 6 and 6.6 is only 0.0085; the
+    fixed 0.03 used before could not detect a 50 % error, δ = 9: 0.029).
     Outlier and cos² at the largest d: the issue's 3 % plus t(seeds − 1) s.e. of the seeds."""
     from .bench_first_phase import t_factor
     acc = []
