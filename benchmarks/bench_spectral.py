@@ -52,12 +52,17 @@ def toy_spectrum(d: int, delta: float, key, vectors: bool = True):
     return np.linalg.eigh(H) if vectors else (np.linalg.eigvalsh(H), None)
 
 
+def trapezoid_cdf(grid, rho):
+    """CDF on ``grid`` of a density given there: the trapezoid integral from the grid's left end."""
+    grid, rho = np.asarray(grid, float), np.asarray(rho, float)
+    return np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(grid))])
+
+
 def theory_cdf(law, grid, delta, eps):
     """Theory CDF on ``grid``: the trapezoid integral of the Stieltjes density from the grid's left end."""
     import spectral
     st = spectral.stieltjes(law, grid, delta, eps=eps, throw=False)
-    rho, g = np.asarray(st.density), np.asarray(grid)
-    return np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(g))]), st
+    return trapezoid_cdf(grid, st.density), st
 
 
 def ks_distance(cdf, grid, ev) -> float:

@@ -43,6 +43,7 @@ import spectral
 
 from spectral.finite_state import hard_rows_shifted, shift_above
 
+from .bench_spectral import ks_distance, trapezoid_cdf
 from .bench_spectral_finite_size import _power_fit, _row, _se
 
 NAME = "spectral_dmft_state"
@@ -167,7 +168,7 @@ def run_setting(S: dict):
     t0 = time.perf_counter()
     st = spectral.stieltjes(laws[0], jnp.asarray(grid), dl, eps=S["density"]["eps"], throw=False)
     rho = np.asarray(st.density)
-    cdf = np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(grid))])
+    cdf = trapezoid_cdf(grid, rho)
     perf.append(dict(what=f"{S['name']}: theory density, stieltjes on {grid.size} λ, m=2, {laws[0].size} samples",
                      value=time.perf_counter() - t0, unit="s", ratio=None,
                      note=f"converged {int(np.sum(np.asarray(st.converged)))}/{grid.size}"))
@@ -199,7 +200,7 @@ def run_setting(S: dict):
             if d <= S["dense_max"]:
                 D = spectral.finite_blocks(prob, X, y, sim.a[0], sim.W[0])
                 evd = np.linalg.eigvalsh(np.asarray(spectral.dense_block_matrix(X, D)))
-                rec["ks"].append(float(np.max(np.abs(cdf - np.searchsorted(evd, grid, side="right") / evd.size))))
+                rec["ks"].append(ks_distance(cdf, grid, evd))
                 rec["dense_bottom"] = rec.get("dense_bottom", []) + [evd[:3].tolist()]
                 hist = (d, evd)
             del X, y, sim

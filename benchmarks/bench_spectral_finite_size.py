@@ -28,7 +28,7 @@ import numpy as np
 import dmft
 import spectral
 
-from .bench_spectral import toy_D
+from .bench_spectral import toy_D, toy_law
 
 NAME = "spectral_finite_size"
 
@@ -80,10 +80,7 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     dl = T["delta"]
     th_l, th_c = [], []
     for k in range(T["keys"]):
-        k1, k2 = jax.random.split(jax.random.key(k))
-        zeta = jax.random.normal(k1, (T["law_samples"],))
-        law = spectral.law_from_samples(toy_D(zeta, jax.random.normal(k2, (T["law_samples"], 2))), zeta=zeta, unbounded=())
-        o = spectral.outlier(law, dl, "bottom")
+        o = spectral.outlier(toy_law(T["law_samples"], k), dl, "bottom")
         th_l.append(float(o.eigenvalue))
         th_c.append(float(o.cosine2))
     lam_th, c2_th = np.mean(th_l), np.mean(th_c)

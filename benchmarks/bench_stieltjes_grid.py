@@ -31,7 +31,7 @@ import numpy as np
 import spectral
 
 from .bench_first_phase import t_factor
-from .bench_spectral import ks_distance, ks_limit
+from .bench_spectral import ks_distance, ks_limit, trapezoid_cdf
 from .runner import _COMPILE
 
 NAME = "stieltjes_grid"
@@ -39,10 +39,6 @@ NAME = "stieltjes_grid"
 def law4(samples: int, key: int = 11):
     A = jax.random.normal(jax.random.key(key), (samples, 4, 4)) / 2.0
     return spectral.law_from_samples(jnp.tanh(A + jnp.swapaxes(A, 1, 2)), unbounded=())
-
-
-def _cdf(g, rho):
-    return np.concatenate([[0.0], np.cumsum(0.5 * (rho[1:] + rho[:-1]) * np.diff(g))])
 
 
 def dense_spectrum(d: int, delta: float, key):
@@ -125,17 +121,17 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     C = S["check"]
     rho = np.asarray(r.density)
     g = np.asarray(lam)
-    cdf = _cdf(g, rho)
+    cdf = trapezoid_cdf(g, rho)
     sub = slice(0, None, C["stride"])           # every stride-th λ of the timed grid: the error measurements
     gs = g[sub]
-    cdf_sub = _cdf(gs, rho[sub])
+    cdf_sub = trapezoid_cdf(gs, rho[sub])
     t0 = time.perf_counter()
     others = {}
     for what, lw, dl, ep in (("independent law", law4(S["samples"], C["mc_key"]), S["delta"], S["eps"]),
                              ("eps/4", law, S["delta"], S["eps"] * C["eps_factor"]),
                              ("control", law, C["control_delta"], S["eps"])):
         o = spectral.stieltjes(lw, jnp.asarray(gs), dl, eps=ep, throw=False)
-        others[what] = dict(cdf=_cdf(gs, np.asarray(o.density)), converged=int(np.sum(np.asarray(o.converged))))
+        others[what] = dict(cdf=trapezoid_cdf(gs, np.asarray(o.density)), converged=int(np.sum(np.asarray(o.converged))))
     mc = float(np.max(np.abs(cdf_sub - others["independent law"]["cdf"]))) / np.sqrt(2.0)
     broad = float(np.max(np.abs(cdf_sub - others["eps/4"]["cdf"])))
     perf.append(dict(what=f"error measurements: 3 solves of {gs.size} λ (independent law, ε/4, control δ)",
