@@ -178,8 +178,8 @@ def resolvent_rows(T, rs) -> list:
                              "b(z) + c(z)/d fitted to (1/2d) tr (H − z)⁻¹ − the conditional theory (reported)",
                     theory=0.0, simulation=float(zs.max()), sim_stderr=None, d=int(max(ds)), seeds=int(sum(T["seeds"])),
                     tolerance=None, agree=None, reference="finite d, extrapolated",
-                    note=(f"rms of the {zs.size} z-scores {np.sqrt(np.mean(zs**2)):.2f} (Student t with few seeds per d: "
-                          "> 1 expected); not assessed: with the smallest group's seeds a Bonferroni t bound over "
+                    note=(f"rms of the {zs.size} z-scores {np.sqrt(np.mean(zs**2)):.2f} (≈ 1 for an exact theory; somewhat "
+                          "more with few seeds per d: Student t); not assessed: with the smallest group's seeds a Bonferroni t bound over "
                           "the components is too wide to fail; δ̂ is the assessed statistic")))
     return acc
 

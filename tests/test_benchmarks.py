@@ -109,6 +109,38 @@ def test_committed_spectral_bulk_ks_against_its_measured_null():
     assert ks_distance(g, g, np.array([0.05, 0.15, 0.25, 0.35, 0.45])) == pytest.approx(0.5)
 
 
+def test_committed_spectral_resolvent_check_is_sharp_and_can_fail():
+    """bench_spectral's resolvent check (session 54): its rows follow from the stored per-seed δ̂; the stored
+    quadrature theory tr S(z)/2 is recomputed now with a coarser quadrature within that one's measured
+    discretization; δ̂ of the theory at δ + 1 % against the theory at δ reads δ + 1 % (the projection is
+    calibrated); and the conditional limit row fails when every matrix's δ̂ is moved by its own tolerance
+    (about 0.2 % of δ: the KS rows resolve 25 %)."""
+    from benchmarks.bench_spectral import (delta_hat, resolvent_grid, resolvent_rows, theory_trace,
+                                           toy_quadrature_law)
+
+    res = _load("spectral")
+    T, rs = res["setting"]["toy"], res["data"]["resolvent"]
+    rows = resolvent_rows(T, rs)
+    assert_same_json(rows, [r for r in res["accuracy"] if r["quantity"].startswith("m=2 toy resolvent")])
+    lim = [r for r in rows if "extrapolated" in r["quantity"]]
+    assert len(lim) == 2 and all(r["agree"] for r in lim)
+    cond = next(r for r in lim if "own n blocks" in r["quantity"])
+    assert cond["tolerance"] < 0.005 * T["delta"]
+    moved = dict(rs, delta_hat_conditional=[[v + 1.01 * cond["tolerance"] for v in per]
+                                            for per in rs["delta_hat_conditional"]])
+    assert not next(r for r in resolvent_rows(T, moved) if "own n blocks" in r["quantity"]
+                    and "extrapolated" in r["quantity"])["agree"]
+    R = T["resolvent"]
+    z = resolvent_grid(R)[:, ::3]
+    law = toy_quadrature_law(panels=(2, 6), order=6, noise_nodes=12)
+    g = theory_trace(law, z, T["delta"])
+    stored = (np.array(rs["theory"][0]) + 1j * np.array(rs["theory"][1]))[:, ::3]
+    assert np.max(np.abs(g - stored)) < 2e-3          # measured: 9e-4 for this quadrature (quick run)
+    J = (np.array(rs["jacobian"][0]) + 1j * np.array(rs["jacobian"][1]))[:, ::3]
+    g_up = theory_trace(law, z, 1.01 * T["delta"])
+    assert delta_hat(g_up, g, J, T["delta"]) == pytest.approx(1.01 * T["delta"], abs=2e-3)
+
+
 def test_committed_dmft_agreement_and_reproduction():
     """Every committed DMFT-vs-GD row of the tanh m = 1 case agrees, and the DMFT overlap at
     t = 10 recomputed now with 8192 paths matches the committed value within 4 MC s.e.
