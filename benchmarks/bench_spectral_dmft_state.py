@@ -20,8 +20,9 @@ Theory (``keys`` independent DMFT solves): the law of (ζ, D) at t, every bottom
 W-Hessian at the final state: the 3 smallest eigenpairs by Lanczos (hard-row weight of each
 eigenvector), the smallest eigenvalue with the hard rows removed (the bulk edge seen by the rest,
 ``spectral.finite_state``'s constrained edge), and at d ≤ ``dense_max`` all eigenvalues by dense
-eigh for the Kolmogorov distance to the theory CDF. Tolerances: 3% of the value plus 3 combined
-standard errors (seeds and keys) for locations and the edge, 0.03 plus 3 s.e. for cos²; the
+eigh for the Kolmogorov distance to the theory CDF. Tolerances: 3% of the value plus the Welch-t
+multiple of the combined s.e. of keys and seeds (coverage of 3 normal s.e.; ``location_rows``, session 54) for
+locations and the edge, 0.03 plus the same for cos²; the
 Kolmogorov distance is reported, not assessed (``ks_row``; session 53, ``reanalyze``: the fixed 0.03 used
 before could not detect even a 50 % error in δ — ``bench_spectral`` — and the null of this theory, a
 DMFT law of finitely many paths, is not measured here; ``bench_spectral`` and ``bench_stieltjes_grid``
@@ -67,7 +68,7 @@ def settings(mode: str) -> dict:
     """Two settings: the quadratic student (two outliers; D bounded below only) and GeLU (one outlier,
     a second branch just short of leaving the bulk; D bounded on both sides: ℓ'' ∈ {0, 1}, F' and
     ∇²F bounded)."""
-    common = dict(huber_width=1.0, delta=8.0, lr=0.1, steps=20, paths=50_000, keys=4, ds=[1000, 2000, 4000], seeds=4,
+    common = dict(huber_width=1.0, delta=8.0, lr=0.1, steps=20, paths=50_000, keys=8, ds=[1000, 2000, 4000], seeds=8,
                   dense_max=2000, lanczos=dict(k=3, tol=1e-8, max_iters=300), density=dict(grid=[-1.0, 6.0, 281], eps=2e-3),
                   hard_rows="the first teacher axis (simulate's Θ* = e_1)",
                   resolvent=dict(ds=[500, 1000, 2000, 4000], seeds=[16, 16, 8, 4], dense_max=2000, points=18,
@@ -84,7 +85,7 @@ def settings(mode: str) -> dict:
              convention="strict (D bounded on both sides, D >= -2 phi(0) = -0.798)")])
     for st in S["settings"]:
         if mode == "quick":
-            st.update(paths=10_000, keys=2, ds=[250, 500], seeds=2, dense_max=500,
+            st.update(paths=10_000, keys=3, ds=[250, 500], seeds=3, dense_max=500,
                       density=dict(st["density"], grid=st["density"]["grid"][:2] + [141], eps=4e-3),
                       resolvent=dict(st["resolvent"], ds=[250, 500], seeds=[4, 4], dense_max=500))
         if mode == "full":
@@ -110,6 +111,35 @@ def _finite_d(prob, k, tol, max_iters):
         return r.eigenvalues, weight, r.status, r.iterations, rc.eigenvalues, rc.status, rc.iterations
 
     return jax.jit(f)
+
+
+def location_rows(tag: str, th: dict, rec: dict, d: int, n_out: int) -> list:
+    """Outlier locations, cos² (hard-row weight) and the bulk edge at one d: the DMFT keys (theory) against the GD
+    seeds, tolerance the issue's 3 % (0.03 absolute for cos²) plus the Welch-t multiple of the combined s.e. with the
+    coverage of 3 normal s.e. (session 54; before: 3 s.e., which with 4 keys and 4 seeds covers only ~96 %);
+    fewer than 3 keys or seeds → not assessed."""
+    from .bench_first_phase import welch_tolerance
+    lam, c2 = np.asarray(th["eigenvalue"])[:, :n_out], np.asarray(th["cosine2"])[:, :n_out]
+    ev, w = np.asarray(rec["eigenvalues"]), np.asarray(rec["hard_weight"])
+    items = []
+    for j in range(n_out):
+        label = ("first (smallest)", "second", "third")[j]
+        items.append((f"{label} bottom outlier vs j-th eigenvalue (3% + Welch t s.e.)", lam[:, j], ev[:, j], True))
+        items.append((f"{label} outlier cos² vs hard-row weight (0.03 + Welch t s.e.)", c2[:, j], w[:, j], False))
+    items.append(("bulk left edge vs smallest eigenvalue off the hard rows (3% + Welch t s.e.)", np.asarray(th["edge"]),
+                  np.asarray(rec["constrained"])[:, 0], True))
+    out = []
+    for what, a, b, relative in items:
+        t, (wt, f, dof) = a.mean(), welch_tolerance(a, b)
+        allowance = 0.03 * abs(t) if relative else 0.03
+        row = _row(f"{tag}: {what}", t, _se(a), b.mean(), _se(b), d, b.size, allowance + wt if np.isfinite(wt) else 0.0)
+        if np.isfinite(wt):
+            row["tolerance_rule"] = ("3 % of the theory" if relative else "0.03") + f" + t(0.99865, Welch {dof:.1f} dof) = " \
+                                    f"{f:.2f} × combined s.e."
+        else:
+            row.update(tolerance=None, agree=None, note="not assessed: fewer than 3 keys or seeds")
+        out.append(row)
+    return out
 
 
 def ks_row(tag: str, ks, d: int) -> dict:
@@ -221,12 +251,20 @@ def resolvent_check(prob, S: dict, laws: list) -> tuple:
 
 def reanalyze(res: dict) -> dict:
     """The Kolmogorov-distance rows become reported (not assessed): their fixed 0.03 had no measured null; the
-    resolvent rows are recomputed from the stored δ̂."""
+    resolvent rows are recomputed from the stored δ̂; the location rows with their Welch-t tolerance."""
     acc, done = [], set()
     for r in res["accuracy"]:
         if "Kolmogorov distance" in r["quantity"]:
             name = next(S["name"] for S in res["setting"]["settings"] if f"PR {S['name']} " in r["quantity"])
             r = ks_row(r["quantity"].split(": Kolmogorov")[0], res["data"][name]["per_d"][str(r["d"])]["ks"], r["d"])
+        if " (3% + " in r["quantity"] or " (0.03 + " in r["quantity"]:    # location rows: Welch t (session 54)
+            S = next(S for S in res["setting"]["settings"] if r["quantity"].startswith(_tag(S) + ":"))
+            if (S["name"], r["d"]) in done:
+                continue
+            done.add((S["name"], r["d"]))
+            dat = res["data"][S["name"]]
+            acc += location_rows(_tag(S), dat["theory"], dat["per_d"][str(r["d"])], r["d"], dat["theory"]["outliers"])
+            continue
         if ": resolvent, " in r["quantity"]:      # each setting's block recomputed in place
             S = next(S for S in res["setting"]["settings"] if r["quantity"].startswith(_tag(S) + ":"))
             if S["name"] in done:
@@ -327,16 +365,7 @@ def run_setting(S: dict):
         ev = np.array(rec["eigenvalues"])
         w = np.array(rec["hard_weight"])
         edge_d = np.array(rec["constrained"])[:, 0]
-        for j in range(n_out):
-            label = ("first (smallest)", "second", "third")[j]
-            acc.append(_row(f"{tag}: {label} bottom outlier vs j-th eigenvalue (3% + 3 s.e.)",
-                            lam_th[j], lam_se[j], ev[:, j].mean(), _se(ev[:, j]), d, S["seeds"],
-                            0.03 * abs(lam_th[j]) + 3 * np.hypot(lam_se[j], _se(ev[:, j]))))
-            acc.append(_row(f"{tag}: {label} outlier cos² vs hard-row weight (0.03 + 3 s.e.)",
-                            c2_th[j], c2_se[j], w[:, j].mean(), _se(w[:, j]), d, S["seeds"],
-                            0.03 + 3 * np.hypot(c2_se[j], _se(w[:, j]))))
-        acc.append(_row(f"{tag}: bulk left edge vs smallest eigenvalue off the hard rows (3% + 3 s.e.)", edge_th, edge_se,
-                        edge_d.mean(), _se(edge_d), d, S["seeds"], 0.03 * abs(edge_th) + 3 * np.hypot(edge_se, _se(edge_d))))
+        acc += location_rows(tag, th, rec, d, n_out)
         if rec["ks"]:
             acc.append(ks_row(tag, rec["ks"], d))
         # the first eigenvalue past the predicted outliers should be bulk: at the constrained edge
