@@ -241,15 +241,19 @@ def test_parallel_queue_is_longest_first_and_hands_out_each_name_once(tmp_path):
 
 
 def test_committed_finite_size_outliers():
-    """Committed outlier checks at d = 1000–4000 (toy m = 2 law, DMFT state) all agree, the
+    """Committed outlier checks at d = 1000–4000 (toy m = 2 law, DMFT state) all agree (rows rebuilt from the
+    stored per-key and per-seed values), the
     toy outlier is within 3% at every d ≥ 2000, and its theory value recomputed now from an
     independent law of the committed size agrees within 4 sd of one law (the committed
     spread over its keys; measured 0.012 at 50 000 samples) plus the committed mean's s.e."""
     from benchmarks.bench_spectral import toy_D
 
+    from benchmarks.bench_spectral_finite_size import reanalyze
+
     res = _load("spectral_finite_size")
     rows = res["accuracy"]
     assert rows and all(r["agree"] for r in rows)
+    assert_same_json(reanalyze(res)["accuracy"], rows)        # 3 % + Welch t s.e. from the stored keys and seeds
     toy = [r for r in rows if r["quantity"].startswith("toy") and r["d"] >= 2000]
     assert len(toy) >= 4 and all(abs(r["simulation"] - r["theory"]) <= 0.03 * abs(r["theory"]) for r in toy)
     N = res["setting"]["toy"]["law_samples"]
