@@ -1044,6 +1044,19 @@ def test_committed_spectral_dmft_state_is_consistent():
     np.testing.assert_allclose(np.asarray(o.eigenvalue), th["eigenvalue"][0], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(o.cosine2), th["cosine2"][0], rtol=1e-6)
     assert float(spectral.bulk_edge(law, S["delta"], "bottom").edge) == pytest.approx(th["edge"][0], rel=1e-6)
+    # the resolvent check (session 54): rows from the stored δ̂, every block recomputed in place by reanalyze; the
+    # Jacobian ∂(tr S/2)/∂δ at key 0's law reproduced now on a third of the λ grid
+    from benchmarks.bench_spectral import theory_trace
+    assert_same_json(b.reanalyze(res)["accuracy"], res["accuracy"])
+    R, rz = S["resolvent"], res["data"]["quadratic"]["resolvent"]
+    lo, hi, _ = S["density"]["grid"]
+    z = (np.linspace(lo, hi, R["points"])[None, :] + 1j * np.asarray(R["etas"])[:, None])[:, ::3]
+    h = R["jacobian_step"]
+    J = (theory_trace(law, z, S["delta"] + h) - theory_trace(law, z, S["delta"] - h)) / (2 * h)
+    stored = (np.asarray(rz["jacobian"][0]) + 1j * np.asarray(rz["jacobian"][1]))[:, ::3]
+    np.testing.assert_allclose(J, stored, rtol=1e-6, atol=1e-9)
+    lim = [r for r in res["accuracy"] if "conditional δ̂ extrapolated" in r["quantity"] or "(law check)" in r["quantity"]]
+    assert len(lim) == 4 and all(r["agree"] for r in lim)
 
 
 def test_committed_stieltjes_grid_is_the_issue_size_and_consistent():
