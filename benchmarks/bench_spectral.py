@@ -145,15 +145,13 @@ def resolvent_rows(T, rs) -> list:
             ("conditional", "delta_hat_conditional", 0.0, "the equation with each matrix's own n blocks D_i"),
             ("quadrature", "delta_hat_quadrature", rs["quadrature_discretization_delta"], "the exact law by quadrature")):
         per = [np.asarray(v, float) for v in rs[key]]
-        m = np.array([v.mean() for v in per])
-        se = np.array([v.std(ddof=1) / np.sqrt(v.size) for v in per])
-        for d, v, mu, s in zip(ds, per, m, se):
+        fit = seed_limit(ds, per)
+        for d, v, mu, s in zip(ds, per, fit["mean"], fit["stderr"]):
             acc.append(dict(quantity=f"m=2 toy resolvent: δ implied by (1/2d) tr (H − z)⁻¹ on the z grid, theory = {what} "
                                      "(reported; assessed through its d → ∞ limit)", theory=float(delta),
                             simulation=float(mu), sim_stderr=float(s), d=int(d), seeds=int(v.size), tolerance=None,
                             agree=None, reference="finite d"))
-        beta, cov, chi2 = weighted_line(1.0 / np.asarray(ds, float), m, se)
-        b, b_se = float(beta[0]), float(np.sqrt(cov[0, 0]))
+        b, b_se = fit["b"], fit["b_stderr"]
         tf = t_factor(min(v.size for v in per))
         tol = tf * b_se + extra
         acc.append(dict(quantity=f"m=2 toy resolvent: δ implied by (1/2d) tr (H − z)⁻¹, extrapolated to d → ∞ (fit b + c/d "
@@ -162,7 +160,7 @@ def resolvent_rows(T, rs) -> list:
                         tolerance_rule=f"t(0.99865, {min(v.size for v in per) - 1} dof) = {tf:.2f} s.e.(b)"
                                        + (" + the quadrature's measured discretization, as a δ shift" if extra else ""),
                         agree=bool(abs(b - delta) <= tol), reference="finite d, extrapolated",
-                        note=(f"{which}: c = {beta[1]:.3g} ± {np.sqrt(cov[1, 1]):.2g}, χ² {chi2:.2f} on {len(ds) - 2} dof; "
+                        note=(f"{which}: c = {fit['c']:.3g} ± {fit['c_stderr']:.2g}, χ² {fit['chi2']:.2f} on {fit['dof']} dof; "
                               f"detects a δ error of {100 * tol / delta:.2g} % (the KS rows: 25 %); grid "
                               f"λ ∈ [{R['lam'][0]:g}, {R['lam'][1]:g}] ({R['lam'][2]} points) × η ∈ {R['etas']}; the engine's "
                               f"default theory (a {T['law_samples']}-sample Monte Carlo law) implies δ = "
@@ -203,10 +201,11 @@ def ks_distance(cdf, grid, ev) -> float:
     return float(np.max(np.abs(cdf - np.searchsorted(ev, np.asarray(grid), side="right") / ev.size)))
 
 
-def ks_limit(ds, ks) -> dict:
-    """Weighted fit of the seed-mean KS distance = b + c/d (s.e. from the seeds): the d → ∞ limit b is the
-    distance of the theory to the true limiting law (0 for an exact theory, up to its discretization); a
-    wrong theory leaves b > 0."""
+def seed_limit(ds, ks) -> dict:
+    """Weighted fit of a per-seed statistic's mean over seeds = b + c/d (s.e. from the seeds), one list of seed
+    values per d: its d → ∞ limit b. For the KS distance, b is the distance of the theory to the true limiting law
+    (0 for an exact theory, up to its discretization; a wrong theory leaves b > 0); for the resolvent's δ̂, the δ
+    the limiting spectrum implies."""
     from .bench_success_bounded import weighted_line
     m = np.array([np.mean(k) for k in ks])
     se = np.array([np.std(k, ddof=1) / np.sqrt(len(k)) for k in ks])
@@ -219,7 +218,7 @@ def toy_rows(T, toy) -> list:
     """Rows of the m = 2 toy check from the stored per-seed values (recomputed by the test).
 
     KS (session 53; before: one d, one seed, a fixed tolerance 0.03 that nothing measured): the finite-d KS
-    distance to the reference theory per d (reported), and its d → ∞ limit b of ``ks_limit`` against 0 with
+    distance to the reference theory per d (reported), and its d → ∞ limit b of ``seed_limit`` against 0 with
     tolerance t(0.99865, seeds − 1 of the smallest group) · s.e.(b) + the engine-vs-reference distance (the
     theory's own discretization, measured: with the reference's error at most half the engine's — 4× the samples,
     ε/4, 4× the grid — it bounds the reference's). The negative controls (the engine's theory at the wrong
@@ -231,8 +230,8 @@ def toy_rows(T, toy) -> list:
     from .bench_first_phase import t_factor
     acc = []
     ds, nseeds = T["ds"], [len(k) for k in toy["ks"]]
-    lim = ks_limit(ds, toy["ks"])
-    ctl = {dc: ks_limit(ds, toy["ks_control"][str(dc)]) for dc in T["control_deltas"]}
+    lim = seed_limit(ds, toy["ks"])
+    ctl = {dc: seed_limit(ds, toy["ks_control"][str(dc)]) for dc in T["control_deltas"]}
     for d, k in zip(ds, toy["ks"]):
         acc.append(dict(quantity="m=2 toy bulk: Kolmogorov distance, reference theory CDF vs dense eigenvalues (reported; "
                                  "assessed through its d → ∞ limit)", theory=0.0, simulation=float(np.mean(k)),
@@ -450,20 +449,17 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     curves = [(toy["ks"], "reference theory", "k")] + [(toy["ks_control"][str(dc)], f"control: engine theory at δ={dc:g}",
                                                           f"C{3 + i}") for i, dc in enumerate(T["control_deltas"])]
     for ks_, lab, c in curves:
-        f = ks_limit(T["ds"], ks_)
+        f = seed_limit(T["ds"], ks_)
         ax[1].errorbar(inv, f["mean"], f["stderr"], fmt="o", color=c, label=lab)
         ax[1].plot(xs, f["b"] + f["c"] * xs, "--", color=c, lw=0.8)
     ax[1].set_xlabel("1/d")
     ax[1].set_ylabel("Kolmogorov distance")
     ax[1].legend(fontsize=7)
-    from .bench_success_bounded import weighted_line
     for k_, lab, c in (("delta_hat_conditional", "theory with the matrix's own D_i", "k"),
                        ("delta_hat_quadrature", "theory with the exact law (quadrature)", "C0")):
-        m_ = np.array([np.mean(v) for v in rs[k_]])
-        se_ = np.array([np.std(v, ddof=1) / np.sqrt(len(v)) for v in rs[k_]])
-        beta, _, _ = weighted_line(inv, m_, se_)
-        ax[2].errorbar(inv, m_, se_, fmt="o", color=c, label=lab)
-        ax[2].plot(xs, beta[0] + beta[1] * xs, "--", color=c, lw=0.8)
+        f = seed_limit(T["ds"], rs[k_])
+        ax[2].errorbar(inv, f["mean"], f["stderr"], fmt="o", color=c, label=lab)
+        ax[2].plot(xs, f["b"] + f["c"] * xs, "--", color=c, lw=0.8)
     ax[2].axhline(delta, color="r", lw=0.8)
     ax[2].set_xlabel("1/d")
     ax[2].set_ylabel("δ implied by the resolvent trace")

@@ -44,7 +44,7 @@ import spectral
 
 from spectral.finite_state import hard_rows_shifted, shift_above
 
-from .bench_spectral import delta_hat, ks_distance, resolvent_trace, theory_trace, trapezoid_cdf
+from .bench_spectral import delta_hat, ks_distance, resolvent_trace, seed_limit, theory_trace, trapezoid_cdf
 from .bench_spectral_finite_size import _power_fit, _row, _se
 
 NAME = "spectral_dmft_state"
@@ -165,31 +165,27 @@ def resolvent_rows(tag: str, R: dict, rz: dict, delta: float) -> list:
       (the keys' spread is the DMFT's Monte Carlo error), the other d reported;
     - **total** (spectrum against the DMFT theory = conditional + law): reported per d."""
     from .bench_first_phase import t_factor, welch_rule, welch_tolerance
-    from .bench_success_bounded import weighted_line
     keys = np.asarray(rz["delta_hat_keys"], float)
     ds = [int(d) for d in rz["ds"]]
     dense = [d for d in ds if rz["per_d"][str(d)]["delta_hat_conditional"]]
     acc = []
-    cm, cs = [], []
     for d in dense:
         v = np.asarray(rz["per_d"][str(d)]["delta_hat_conditional"], float)
-        cm.append(v.mean())
-        cs.append(_se(v))
         acc.append(dict(quantity=f"{tag}: resolvent, δ implied by (1/2d) tr (H − z)⁻¹ against the equation at the network's "
                                  "own blocks D_i (conditional; reported, assessed through its d → ∞ limit)",
                         theory=float(delta), theory_stderr=0.0, simulation=float(v.mean()), sim_stderr=_se(v), d=d,
                         seeds=int(v.size), tolerance=None, agree=None, reference="finite d"))
     if len(dense) >= 2:
-        beta, cov, chi2 = weighted_line(1.0 / np.asarray(dense, float), np.array(cm), np.array(cs))
+        fit = seed_limit(dense, [rz["per_d"][str(d)]["delta_hat_conditional"] for d in dense])
         n_min = min(len(rz["per_d"][str(d)]["delta_hat_conditional"]) for d in dense)
         tf = t_factor(n_min)
-        b, b_se = float(beta[0]), float(np.sqrt(cov[0, 0]))
+        b, b_se = fit["b"], fit["b_stderr"]
         acc.append(dict(quantity=f"{tag}: resolvent, conditional δ̂ extrapolated to d → ∞ (fit b + c/d over d = {dense})",
                         theory=float(delta), theory_stderr=0.0, simulation=b, sim_stderr=b_se, d=max(dense),
                         seeds=int(sum(len(rz["per_d"][str(d)]["delta_hat_conditional"]) for d in dense)),
                         tolerance=float(tf * b_se), tolerance_rule=f"t(0.99865, {n_min - 1} dof) = {tf:.2f} s.e.(b)",
                         agree=bool(abs(b - delta) <= tf * b_se), reference="finite d, extrapolated",
-                        note=f"c = {beta[1]:.3g} ± {np.sqrt(cov[1, 1]):.2g}, χ² {chi2:.2f} on {len(dense) - 2} dof; "
+                        note=f"c = {fit['c']:.3g} ± {fit['c_stderr']:.2g}, χ² {fit['chi2']:.2f} on {fit['dof']} dof; "
                              f"detects a δ error of {100 * tf * b_se / delta:.2g} %"))
     for d in ds:
         v = np.asarray(rz["per_d"][str(d)]["delta_hat_law"], float)

@@ -12,7 +12,7 @@ The check against a measured null (session 53; before: one matrix at d = 500 aga
 nothing measured — ``bench_spectral`` found that the sup distance of the m = 2 toy theory CDFs at δ = 6
 and δ = 9 is 0.029, so 0.03 could not detect a 50 % error in δ): the KS distance at d = ``ds``
 (``seeds`` each) falls like 1/d for a correct density; the d → ∞ limit b of the weighted fit b + c/d
-(``bench_spectral.ks_limit``) is tested against 0 at t(seeds − 1)·s.e.(b) plus the timed solution's own
+(``bench_spectral.seed_limit``) is tested against 0 at t(seeds − 1)·s.e.(b) plus the timed solution's own
 error, measured on every 8th λ of the grid: its Monte Carlo part (the KS distance to the same solve
 with an independent law of the same size, / √2) plus its broadening part (to the same law at ε/4).
 A negative control (the same law at δ = ``control_delta`` on every 8th λ) says what the rule detects.
@@ -31,7 +31,7 @@ import numpy as np
 import spectral
 
 from .bench_first_phase import t_factor
-from .bench_spectral import ks_distance, ks_limit, trapezoid_cdf
+from .bench_spectral import ks_distance, seed_limit, trapezoid_cdf
 from .runner import _COMPILE
 
 NAME = "stieltjes_grid"
@@ -58,7 +58,7 @@ def accuracy_rows(S, check) -> list:
                          "(reported; assessed through its d → ∞ limit)", theory=0.0, simulation=float(np.mean(k)),
                 sim_stderr=float(np.std(k, ddof=1) / np.sqrt(len(k))), d=int(d), seeds=len(k), tolerance=None, agree=None,
                 reference="finite d") for d, k in zip(C["ds"], check["ks"])]
-    lim, ctl = ks_limit(C["ds"], check["ks"]), ks_limit(C["ds"], check["ks_control"])
+    lim, ctl = seed_limit(C["ds"], check["ks"]), seed_limit(C["ds"], check["ks_control"])
     tf = t_factor(min(nseeds))
     own = check["mc_error"] + check["broadening_error"]
     tol = tf * lim["b_stderr"] + own

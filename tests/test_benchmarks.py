@@ -94,13 +94,13 @@ def test_committed_spectral_bulk_ks_against_its_measured_null():
     while the negative control with a 25 % wrong δ (the engine's theory at δ = 7.5 against the same matrices) keeps
     a limit resolved above that tolerance — the row can fail. ``ks_distance`` is the sup over the grid points."""
     from benchmarks.bench_first_phase import t_factor
-    from benchmarks.bench_spectral import ks_distance, ks_limit, toy_rows
+    from benchmarks.bench_spectral import ks_distance, seed_limit, toy_rows
 
     res = _load("spectral")
     T, toy = res["setting"]["toy"], res["data"]["toy"]
     assert_same_json(toy_rows(T, toy), [r for r in res["accuracy"] if r["quantity"].startswith("m=2 toy")
                                         and not r["quantity"].startswith("m=2 toy resolvent")])
-    lim, ctl = ks_limit(T["ds"], toy["ks"]), ks_limit(T["ds"], toy["ks_control"]["7.5"])
+    lim, ctl = seed_limit(T["ds"], toy["ks"]), seed_limit(T["ds"], toy["ks_control"]["7.5"])
     row = next(r for r in res["accuracy"] if "extrapolated to d → ∞" in r["quantity"])
     assert row["agree"] and lim["c"] > 0
     assert ctl["b"] > row["tolerance"] + t_factor(min(T["seeds"])) * ctl["b_stderr"]
