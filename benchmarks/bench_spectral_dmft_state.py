@@ -44,8 +44,9 @@ import spectral
 
 from spectral.finite_state import hard_rows_shifted, shift_above
 
-from .bench_spectral import delta_hat, ks_distance, resolvent_trace, seed_limit, theory_trace, trapezoid_cdf
-from .bench_spectral_finite_size import _power_fit, _row, _se
+from .bench_spectral import (delta_hat, ks_distance, resolvent_grid, resolvent_trace, seed_limit, theory_trace,
+                             trapezoid_cdf)
+from .bench_spectral_finite_size import _power_fit, _se, _welch_row
 
 NAME = "spectral_dmft_state"
 
@@ -115,30 +116,20 @@ def _finite_d(prob, k, tol, max_iters):
 
 def location_rows(tag: str, th: dict, rec: dict, d: int, n_out: int) -> list:
     """Outlier locations, cos² (hard-row weight) and the bulk edge at one d: the DMFT keys (theory) against the GD
-    seeds, tolerance the issue's 3 % (0.03 absolute for cos²) plus the Welch-t multiple of the combined s.e. with the
-    coverage of 3 normal s.e. (session 54; before: 3 s.e., which with 4 keys and 4 seeds covers only ~96 %);
-    fewer than 3 keys or seeds → not assessed."""
-    from .bench_first_phase import welch_tolerance
+    seeds at the issue's 3 % (0.03 absolute for cos²) plus the Welch-t multiple of the combined s.e.
+    (``bench_spectral_finite_size._welch_row``; session 54, before: 3 s.e., which with 4 keys and 4 seeds covers
+    only ~96 %)."""
     lam, c2 = np.asarray(th["eigenvalue"])[:, :n_out], np.asarray(th["cosine2"])[:, :n_out]
     ev, w = np.asarray(rec["eigenvalues"]), np.asarray(rec["hard_weight"])
-    items = []
+    out = []
     for j in range(n_out):
         label = ("first (smallest)", "second", "third")[j]
-        items.append((f"{label} bottom outlier vs j-th eigenvalue (3% + Welch t s.e.)", lam[:, j], ev[:, j], True))
-        items.append((f"{label} outlier cos² vs hard-row weight (0.03 + Welch t s.e.)", c2[:, j], w[:, j], False))
-    items.append(("bulk left edge vs smallest eigenvalue off the hard rows (3% + Welch t s.e.)", np.asarray(th["edge"]),
-                  np.asarray(rec["constrained"])[:, 0], True))
-    out = []
-    for what, a, b, relative in items:
-        t, (wt, f, dof) = a.mean(), welch_tolerance(a, b)
-        allowance = 0.03 * abs(t) if relative else 0.03
-        row = _row(f"{tag}: {what}", t, _se(a), b.mean(), _se(b), d, b.size, allowance + wt if np.isfinite(wt) else 0.0)
-        if np.isfinite(wt):
-            row["tolerance_rule"] = ("3 % of the theory" if relative else "0.03") + f" + t(0.99865, Welch {dof:.1f} dof) = " \
-                                    f"{f:.2f} × combined s.e."
-        else:
-            row.update(tolerance=None, agree=None, note="not assessed: fewer than 3 keys or seeds")
-        out.append(row)
+        out.append(_welch_row(f"{tag}: {label} bottom outlier vs j-th eigenvalue (3% + Welch t s.e.)", lam[:, j], ev[:, j],
+                              d, True))
+        out.append(_welch_row(f"{tag}: {label} outlier cos² vs hard-row weight (0.03 + Welch t s.e.)", c2[:, j], w[:, j],
+                              d, False))
+    out.append(_welch_row(f"{tag}: bulk left edge vs smallest eigenvalue off the hard rows (3% + Welch t s.e.)",
+                          th["edge"], np.asarray(rec["constrained"])[:, 0], d, True))
     return out
 
 
@@ -213,8 +204,7 @@ def resolvent_check(prob, S: dict, laws: list) -> tuple:
     apart from the main loop's) the resolvent trace of the dense Hessian (d ≤ dense_max) and the theory at the
     network's own blocks. Returns (data, performance rows)."""
     R, dl = S["resolvent"], S["delta"]
-    lo, hi, _ = S["density"]["grid"]
-    z = np.linspace(lo, hi, R["points"])[None, :] + 1j * np.asarray(R["etas"], float)[:, None]
+    z = resolvent_grid(dict(lam=S["density"]["grid"][:2] + [R["points"]], etas=R["etas"]))
     t0 = time.perf_counter()
     g_keys = np.array([theory_trace(law, z, dl) for law in laws])
     g_th, h = g_keys.mean(0), R["jacobian_step"]

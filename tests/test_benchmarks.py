@@ -1046,11 +1046,10 @@ def test_committed_spectral_dmft_state_is_consistent():
     assert float(spectral.bulk_edge(law, S["delta"], "bottom").edge) == pytest.approx(th["edge"][0], rel=1e-6)
     # the resolvent check (session 54): rows from the stored δ̂, every block recomputed in place by reanalyze; the
     # Jacobian ∂(tr S/2)/∂δ at key 0's law reproduced now on a third of the λ grid
-    from benchmarks.bench_spectral import theory_trace
+    from benchmarks.bench_spectral import resolvent_grid, theory_trace
     assert_same_json(b.reanalyze(res)["accuracy"], res["accuracy"])
     R, rz = S["resolvent"], res["data"]["quadratic"]["resolvent"]
-    lo, hi, _ = S["density"]["grid"]
-    z = (np.linspace(lo, hi, R["points"])[None, :] + 1j * np.asarray(R["etas"])[:, None])[:, ::3]
+    z = resolvent_grid(dict(lam=S["density"]["grid"][:2] + [R["points"]], etas=R["etas"]))[:, ::3]
     h = R["jacobian_step"]
     J = (theory_trace(law, z, S["delta"] + h) - theory_trace(law, z, S["delta"] - h)) / (2 * h)
     stored = (np.asarray(rz["jacobian"][0]) + 1j * np.asarray(rz["jacobian"][1]))[:, ::3]
