@@ -44,7 +44,7 @@ import spectral
 
 from spectral.finite_state import hard_rows_shifted, shift_above
 
-from .bench_spectral import (delta_hat, ks_distance, resolvent_grid, resolvent_trace, seed_limit, theory_trace,
+from .bench_spectral import (delta_hat, delta_limit, ks_distance, resolvent_grid, resolvent_trace, theory_trace,
                              trapezoid_cdf)
 from .bench_spectral_finite_size import _power_fit, _se, _welch_row
 
@@ -155,7 +155,7 @@ def resolvent_rows(tag: str, R: dict, rz: dict, delta: float) -> list:
       reaches the largest d) — is the DMFT's law of D right? Welch t against the DMFT keys' δ̂ at the largest d
       (the keys' spread is the DMFT's Monte Carlo error), the other d reported;
     - **total** (spectrum against the DMFT theory = conditional + law): reported per d."""
-    from .bench_first_phase import t_factor, welch_rule, welch_tolerance
+    from .bench_first_phase import welch_rule, welch_tolerance
     keys = np.asarray(rz["delta_hat_keys"], float)
     ds = [int(d) for d in rz["ds"]]
     dense = [d for d in ds if rz["per_d"][str(d)]["delta_hat_conditional"]]
@@ -167,17 +167,14 @@ def resolvent_rows(tag: str, R: dict, rz: dict, delta: float) -> list:
                         theory=float(delta), theory_stderr=0.0, simulation=float(v.mean()), sim_stderr=_se(v), d=d,
                         seeds=int(v.size), tolerance=None, agree=None, reference="finite d"))
     if len(dense) >= 2:
-        fit = seed_limit(dense, [rz["per_d"][str(d)]["delta_hat_conditional"] for d in dense])
-        n_min = min(len(rz["per_d"][str(d)]["delta_hat_conditional"]) for d in dense)
-        tf = t_factor(n_min)
-        b, b_se = fit["b"], fit["b_stderr"]
+        fit = delta_limit(dense, [rz["per_d"][str(d)]["delta_hat_conditional"] for d in dense], delta)
         acc.append(dict(quantity=f"{tag}: resolvent, conditional δ̂ extrapolated to d → ∞ (fit b + c/d over d = {dense})",
-                        theory=float(delta), theory_stderr=0.0, simulation=b, sim_stderr=b_se, d=max(dense),
+                        theory=float(delta), theory_stderr=0.0, simulation=fit["b"], sim_stderr=fit["b_stderr"], d=max(dense),
                         seeds=int(sum(len(rz["per_d"][str(d)]["delta_hat_conditional"]) for d in dense)),
-                        tolerance=float(tf * b_se), tolerance_rule=f"t(0.99865, {n_min - 1} dof) = {tf:.2f} s.e.(b)",
-                        agree=bool(abs(b - delta) <= tf * b_se), reference="finite d, extrapolated",
+                        tolerance=fit["tolerance"], tolerance_rule=fit["rule"], agree=fit["agree"],
+                        reference="finite d, extrapolated",
                         note=f"c = {fit['c']:.3g} ± {fit['c_stderr']:.2g}, χ² {fit['chi2']:.2f} on {fit['dof']} dof; "
-                             f"detects a δ error of {100 * tf * b_se / delta:.2g} %"))
+                             f"detects a δ error of {100 * fit['tolerance'] / delta:.2g} %"))
     for d in ds:
         v = np.asarray(rz["per_d"][str(d)]["delta_hat_law"], float)
         last = d == max(ds)
