@@ -52,37 +52,138 @@ def _timed(fn, *a, **k):
     return out, time.perf_counter() - t0
 
 
-DMFT_KEYS = 4
+DMFT_KEYS = 8
+QUANTITIES = ("train_error", "test_error", "overlap", "gram")
 
 
 def _dmft_keys(problem, paths, keys=DMFT_KEYS, **kw):
-    """``keys`` independent DMFT solves with ``paths // keys`` paths each (one compilation): the
-    mean, and its standard error from the spread over keys, sd/√keys (3 degrees of freedom; until
-    session 19 two keys and |a − b|/2, a one-degree-of-freedom estimate that can be arbitrarily
-    small by chance — docs/spectral.md records the same lesson). The per-path s.e. is not used:
-    the paths interact through the kernels (benchmarks/bench_dmft_cost.py)."""
+    """``keys`` independent DMFT solves with ``paths // keys`` paths each (one compilation): per quantity the array
+    (keys, T + 1, ...) of the keys' curves. The DMFT's error bar is their spread (session 55: 8 keys, was 4 — a
+    4-key s.e. has 3 dof, so "3 s.e." covered 94 %, not 99.7 %; until session 19 two keys). The per-path s.e. is
+    not used: the paths interact through the kernels (benchmarks/bench_dmft_cost.py). Measured (session 55, tanh
+    m = 1, 16 keys each at 2 500 … 40 000 paths per key): no finite-path bias of M, train or test error at t = 40
+    beyond the keys' spread."""
     sols = [dmft.solve(problem, paths=paths // keys, key=jax.random.key(11 + i), **kw) for i in range(keys)]
-    out = {}
-    for name in ("train_error", "test_error", "overlap", "gram"):
-        x = np.stack([np.asarray(getattr(a, name)) for a in sols])
-        out[name] = (x.mean(0), x.std(0, ddof=1) / np.sqrt(keys))
+    out = {q: np.stack([np.asarray(getattr(a, q)) for a in sols]) for q in QUANTITIES}
     out["_curv"] = np.max([np.asarray(a.max_step_curvature) for a in sols], axis=0)
     return out
 
 
-def _rows(label, dm, sim, times, d, seeds, quantities, allowance):
+def _seeds(sim) -> dict:
+    """Per-seed curves (seeds, T + 1, ...) of a ``dmft.simulate`` result."""
+    return {q: np.asarray(getattr(sim, q + "_seeds")) for q in QUANTITIES}
+
+
+def _at(curves: dict, times) -> dict:
+    """The stored form: each quantity at the report times, as lists (samples, len(times), ...)."""
+    return {q: np.asarray(v)[:, list(times)].tolist() for q, v in curves.items() if not q.startswith("_")}
+
+
+def curve_rows(label, times, keys, seeds, quantities, allowance, d) -> list:
+    """DMFT against GD at the report ``times``: per (quantity, t) the DMFT keys' mean against the GD seeds' mean,
+    tolerance = Welch t (keys and seeds are independent samples; t(0.99865) at the Welch–Satterthwaite dof times
+    the combined s.e.) + the issue's stated allowance for the quantity. ``keys``/``seeds``: {q: (samples,
+    len(times), ...)} (the stored form)."""
+    from .bench_first_phase import welch_tolerance
     rows = []
     for q, idx in quantities:
-        th, th_se = dm[q]
-        sm = np.asarray(getattr(sim, q))
-        se = np.asarray(getattr(sim, q + "_stderr"))
-        for t in times:
-            v_th, v_th_se, v_sm, v_se = th[t][idx], th_se[t][idx], sm[t][idx], se[t][idx]
-            comb = float(np.sqrt(v_se**2 + v_th_se**2))
-            tol = 3 * comb + allowance[q]
-            rows.append(dict(quantity=f"{label}: {q}{list(idx) if idx else ''} at t={t}", theory=float(v_th),
-                             simulation=float(v_sm), sim_stderr=float(v_se), dmft_stderr=float(v_th_se), d=d, seeds=seeds,
-                             tolerance=tol, agree=bool(abs(v_th - v_sm) <= tol)))
+        K, S = np.asarray(keys[q], float), np.asarray(seeds[q], float)
+        for j, t in enumerate(times):
+            a, b = K[(slice(None), j) + tuple(idx)], S[(slice(None), j) + tuple(idx)]
+            w, f, dof = welch_tolerance(a, b)
+            tol = w + allowance[q]
+            rows.append(dict(quantity=f"{label}: {q}{list(idx) if idx else ''} at t={t}", theory=float(a.mean()),
+                             theory_stderr=float(a.std(ddof=1) / np.sqrt(a.size)), simulation=float(b.mean()),
+                             sim_stderr=float(b.std(ddof=1) / np.sqrt(b.size)),
+                             dmft_stderr=float(a.std(ddof=1) / np.sqrt(a.size)), d=d, seeds=int(b.size), tolerance=float(tol),
+                             tolerance_rule=f"t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × combined s.e. + stated allowance "
+                                            f"{allowance[q]:g}", agree=bool(abs(a.mean() - b.mean()) <= tol),
+                             note=f"DMFT: {a.size} keys"))
+    return rows
+
+
+def every_step_row(label, keys, seeds, q, idx, allowance, d) -> dict:
+    """The issue's "at every step" reading: over all steps t, the largest excess of |DMFT − GD| over the step's Welch
+    tolerance; agrees when it does not exceed the stated allowance (a per-step 0.9973 coverage over T + 1 correlated
+    steps: somewhat below that jointly — the note gives the largest |DMFT − GD| and where)."""
+    from .bench_first_phase import welch_tolerance
+    K, S = np.asarray(keys[q], float), np.asarray(seeds[q], float)
+    K, S = K[(slice(None), slice(None)) + tuple(idx)], S[(slice(None), slice(None)) + tuple(idx)]
+    diff = np.abs(K.mean(0) - S.mean(0))
+    w = np.array([welch_tolerance(K[:, t], S[:, t])[0] for t in range(K.shape[1])])
+    w = np.where(np.isfinite(w), w, 0.0)               # t = 0: both sides exactly the initial condition
+    t_ex, t_max = int(np.argmax(diff - w)), int(np.argmax(diff))
+    excess = max(float(np.max(diff - w)), 0.0)
+    return dict(quantity=f"{label}: {q}{list(idx) if idx else ''} at every step t = 0…{K.shape[1] - 1}: max_t of |DMFT − GD| "
+                         "beyond the step's Welch tolerance (0 when every step is within it)", theory=0.0, simulation=excess,
+                sim_stderr=None, d=d, seeds=int(S.shape[0]), tolerance=float(allowance),
+                tolerance_rule="≤ the stated allowance", agree=bool(excess <= allowance),
+                note=f"largest |DMFT − GD| {diff[t_max]:.2g} at t = {t_max} (Welch tolerance there {w[t_max]:.2g}); largest "
+                     f"|DMFT − GD| − tolerance {float(np.max(diff - w)):.2g} at t = {t_ex}; DMFT {K.shape[0]} keys, GD "
+                     f"{S.shape[0]} seeds")
+
+
+def finite_size_rows(label, times, big, small, quantities, allowance, d_big, d_small) -> list:
+    """The stated allowance against a measured finite-size shift: GD at d and at d/2 (independent seeds), shift =
+    mean(d/2) − mean(d), which is the O(1/d) bias left at d if the bias is c/d. Agrees when |shift| ≤ allowance +
+    Welch tolerance of the two seed sets (the allowance covers what the data resolve)."""
+    from .bench_first_phase import welch_tolerance
+    rows = []
+    for q, idx in quantities:
+        B, S = np.asarray(big[q], float), np.asarray(small[q], float)
+        for j, t in enumerate(times):
+            a, b = B[(slice(None), j) + tuple(idx)], S[(slice(None), j) + tuple(idx)]
+            w, f, dof = welch_tolerance(b, a)
+            sh = float(b.mean() - a.mean())
+            rows.append(dict(quantity=f"{label}: finite-size shift of GD {q}{list(idx) if idx else ''} at t={t}, mean(d={d_small}) − "
+                                      f"mean(d={d_big}) (= the 1/d bias left at d={d_big}), within the stated allowance",
+                             theory=0.0, simulation=sh, sim_stderr=float(np.hypot(a.std(ddof=1) / np.sqrt(a.size),
+                                                                                  b.std(ddof=1) / np.sqrt(b.size))),
+                             d=f"{d_small} vs {d_big}", seeds=int(min(a.size, b.size)), tolerance=float(w + allowance[q]),
+                             tolerance_rule=f"stated allowance {allowance[q]:g} + t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × "
+                                            "combined s.e.", agree=bool(abs(sh) <= w + allowance[q]),
+                             reference="finite d"))
+    return rows
+
+
+# the issue's / THEORY §1's stated agreement: tanh "3 decimals (errors) and 0.01 (overlap)"; GeLU m = 2 "a stated
+# finite-size allowance" (THEORY's prototype saw 0.007 / 0.009 / 0.02 / 0.09); phase retrieval: first phase
+ALLOW_A = dict(train_error=1e-3, test_error=1e-3, overlap=0.01)
+ALLOW_B = dict(train_error=0.01, test_error=0.01, overlap=0.02, gram=0.05)
+ALLOW_C = dict(train_error=0.02, test_error=0.02)
+QA = [("train_error", ()), ("test_error", ()), ("overlap", (0, 0))]
+QB = [("train_error", ()), ("test_error", ()), ("overlap", (0, 0)), ("overlap", (0, 1)), ("gram", (0, 0)), ("gram", (1, 1)),
+      ("gram", (0, 1))]
+
+
+def tanh_rows(sA, dat) -> list:
+    """Section A's rows from its stored per-key and per-seed curves (every step stored)."""
+    at = {k: {q: np.asarray(v)[:, sA["times"]] for q, v in dat[k].items()} for k in ("dmft_keys", "gd_seeds")}
+    rows = curve_rows("tanh m=1", sA["times"], at["dmft_keys"], at["gd_seeds"], QA, ALLOW_A, sA["d"])
+    return rows + [every_step_row("tanh m=1", dat["dmft_keys"], dat["gd_seeds"], q, idx, ALLOW_A[q], sA["d"]) for q, idx in QA]
+
+
+def gelu_rows(sB, dat) -> list:
+    """Section B's rows from its stored per-key and per-seed values at the report times."""
+    rows = curve_rows("GeLU m=2 easy+hard", sB["times"], dat["dmft_keys"], dat["gd_seeds"], QB, ALLOW_B, sB["d"])
+    rows.append(dict(quantity="GeLU m=2: max_t |hard overlap| (DMFT must be exactly 0)", theory=dat["dmft_max_hard_overlap"],
+                     simulation=dat["gd_max_hard_overlap"], sim_stderr=None, d=sB["d"], seeds=sB["seeds"], tolerance=0.0,
+                     agree=dat["dmft_max_hard_overlap"] == 0.0))
+    return rows + finite_size_rows("GeLU m=2 easy+hard", sB["times"], dat["gd_seeds"], dat["gd_seeds_small"], QB, ALLOW_B,
+                                   sB["d"], sB["d_small"])
+
+
+def curve_section_rows(setting, data) -> list:
+    """Every DMFT-vs-GD curve row (sections A–C) from the stored per-key and per-seed values (``reanalyze``, tests)."""
+    rows = tanh_rows(setting["tanh_m1"], data["tanh_m1"]) + gelu_rows(setting["gelu_m2_easy_hard"], data["gelu_m2_easy_hard"])
+    sC = setting["phase_retrieval"]
+    for nm in ("quadratic", "GeLU"):
+        dat = data[f"phase_retrieval_{nm}"]
+        rows += curve_rows(f"phase retrieval {nm}", sC["times"], dat["dmft_keys"], dat["gd_seeds"],
+                           [("train_error", ()), ("test_error", ())], ALLOW_C, sC["d"])
+        rows.append(dict(quantity=f"phase retrieval {nm}: max_t η·λ_max(D)/δ over DMFT paths (stable < 2)",
+                         theory=dat["max_step_curvature"], simulation=None, sim_stderr=None, d=None, seeds=None, tolerance=2.0,
+                         agree=bool(dat["max_step_curvature"] < 2)))
     return rows
 
 
@@ -127,7 +228,8 @@ def fss_limit_row(ds, disc, gd_se, ref_se, seeds) -> dict:
 
 def reanalyze(res: dict) -> dict:
     """The finite-size exponent and limit rows again from the stored per-d discrepancy rows (``fss_exponent_row``,
-    ``fss_limit_row``); every other row is kept (no DMFT or GD is rerun)."""
+    ``fss_limit_row``), and the curve rows of sections A–C from the stored per-key and per-seed values
+    (``curve_section_rows``); every other row is kept (no DMFT or GD is rerun)."""
     per = [r for r in res["accuracy"] if r["quantity"].startswith("finite size: M_GD − M_DMFT at t=40, d=")]
     seeds = next(r["seeds"] for r in res["accuracy"] if r["quantity"].startswith("finite size: exponent"))
     args = [r["d"] for r in per], [r["simulation"] for r in per]
@@ -136,6 +238,9 @@ def reanalyze(res: dict) -> dict:
         new[LIMIT_QUANTITY] = fss_limit_row(*args, [r["gd_stderr"] for r in per],
                                             res["setting"]["finite_size"]["dmft_M_stderr"], seeds=seeds)
     acc = [next((v for k, v in new.items() if r["quantity"].startswith(k)), r) for r in res["accuracy"]]
+    if "tanh_m1" in res.get("data", {}):        # runs since session 55 store the per-key and per-seed values
+        curves = curve_section_rows(res["setting"], res["data"])
+        acc = curves + acc[len(curves):]
     return dict(res, accuracy=acc)
 
 
@@ -146,82 +251,88 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    acc, perf, setting = [], [], {}
-    setting["dmft_error_bar"] = dict(keys=DMFT_KEYS, paths_per_key="paths // keys", keys_seeded="key(11 + i)",
-                                     stderr="sd over keys (ddof 1) / sqrt(keys)")
+    acc, perf, setting, data = [], [], {}, {}
+    keys = 4 if tiny else DMFT_KEYS
+    setting["dmft_error_bar"] = dict(keys=keys, paths_per_key="paths // keys", keys_seeded="key(11 + i)",
+                                     stderr="sd over keys (ddof 1) / sqrt(keys)",
+                                     tolerance="Welch t between the DMFT keys and the GD seeds + the stated allowance")
     fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
 
     # ---- A. tanh, m = 1, warm start (THEORY §1 prototype) --------------------------
-    sA = dict(delta=2.0, lr=0.2, steps=40, paths=100_000 if quick else 400_000, d=2000, seeds=4 if quick else 8)
+    # session 55: 8 DMFT keys, 64 GD seeds (were 4 and 4), Welch-t tolerances, every step assessed
+    sA = dict(delta=2.0, lr=0.2, steps=40, paths=400_000 if quick else 800_000, d=2000, seeds=64 if quick else 128,
+              times=[1, 10, 20, 40])
     if tiny:
-        sA.update(paths=20_000, d=1000)
-    setting["tanh_m1"] = dict(sA, problem="y=tanh(2z)+0.3eps, sigma=tanh, m=1, a=1 frozen, q0=0.5, M0=0.3, square loss")
+        sA.update(paths=20_000, d=1000, seeds=8)
+    setting["tanh_m1"] = dict(sA, problem="y=tanh(2z)+0.3eps, sigma=tanh, m=1, a=1 frozen, q0=0.5, M0=0.3, square loss",
+                              allowance=ALLOW_A)
     P = tanh_problem()
-    dm = _dmft_keys(P, sA["paths"], delta=sA["delta"], lr=sA["lr"], steps=sA["steps"])
+    dm = _dmft_keys(P, sA["paths"], keys=keys, delta=sA["delta"], lr=sA["lr"], steps=sA["steps"])
     sim = dmft.simulate(P, d=sA["d"], delta=sA["delta"], lr=sA["lr"], steps=sA["steps"], seeds=sA["seeds"],
                         key=jax.random.key(1), test_samples=2**17)
-    # allowance: THEORY's stated agreement for this case (3 decimals errors, 0.01 overlap)
-    acc += _rows("tanh m=1", dm, sim, [1, 10, 20, 40], sA["d"], sA["seeds"],
-                 [("train_error", ()), ("test_error", ()), ("overlap", (0, 0))],
-                 dict(train_error=1e-3, test_error=1e-3, overlap=0.01))
+    data["tanh_m1"] = dict(dmft_keys=_at(dm, range(sA["steps"] + 1)), gd_seeds=_at(_seeds(sim), range(sA["steps"] + 1)))
     ax = axes[0, 0]
     ts = np.arange(sA["steps"] + 1)
     for q, c in (("train_error", "C0"), ("test_error", "C1")):
-        ax.plot(ts, dm[q][0], c + "-", label=f"{q} DMFT")
+        ax.plot(ts, dm[q].mean(0), c + "-", label=f"{q} DMFT")
         ax.errorbar(ts, np.asarray(getattr(sim, q)), np.asarray(getattr(sim, q + "_stderr")), fmt=c + "o", ms=2, label=f"{q} GD")
-    ax.set_title(f"tanh m=1, δ=2, d={sA['d']}")
+    ax.set_title(f"tanh m=1, δ=2, d={sA['d']}, {sA['seeds']} seeds")
     ax.legend(fontsize=7)
     ax = axes[0, 1]
-    ax.plot(ts, dm["overlap"][0][:, 0, 0], "C2-", label="M DMFT")
+    ax.plot(ts, dm["overlap"].mean(0)[:, 0, 0], "C2-", label="M DMFT")
     ax.errorbar(ts, np.asarray(sim.overlap[:, 0, 0]), np.asarray(sim.overlap_stderr[:, 0, 0]), fmt="C2o", ms=2, label="M GD")
     ax.set_title("overlap")
     ax.legend(fontsize=7)
 
     # ---- B. m = 2 GeLU, easy + hard direction ---------------------------------------
-    sB = dict(delta=3.0, lr=0.1, steps=60, paths=40_000 if quick else 200_000, d=4000, seeds=6 if quick else 12)
+    # session 55: 8 keys × 25 000 paths (were 4 × 10 000), GD also at d/2 (the allowance against a measured shift)
+    sB = dict(delta=3.0, lr=0.1, steps=60, paths=200_000 if quick else 400_000, d=4000, seeds=12 if quick else 24,
+              times=[10, 30, 60], d_small=2000)
     if tiny:
-        sB.update(paths=20_000, d=1000, seeds=4)
-    setting["gelu_m2_easy_hard"] = dict(sB, problem="y=z1+(z2^2-1)+0.2eps, erf-GeLU m=2, a=(1,-0.5) frozen, Q0=I, M0=0")
+        sB.update(paths=20_000, d=1000, seeds=4, d_small=500)
+    setting["gelu_m2_easy_hard"] = dict(sB, problem="y=z1+(z2^2-1)+0.2eps, erf-GeLU m=2, a=(1,-0.5) frozen, Q0=I, M0=0",
+                                        allowance=ALLOW_B)
     P = easy_hard_problem()
-    dm = _dmft_keys(P, sB["paths"], delta=sB["delta"], lr=sB["lr"], steps=sB["steps"])
+    dm = _dmft_keys(P, sB["paths"], keys=keys, delta=sB["delta"], lr=sB["lr"], steps=sB["steps"])
     simB, t_simB = _timed(dmft.simulate, P, d=sB["d"], delta=sB["delta"], lr=sB["lr"], steps=sB["steps"],
                           seeds=sB["seeds"], key=jax.random.key(2), test_samples=2**16)
-    allowB = dict(train_error=0.01, test_error=0.01, overlap=0.02, gram=0.05)  # THEORY prototype: 0.007/0.009/0.02/0.09
-    acc += _rows("GeLU m=2 easy+hard", dm, simB, [10, 30, 60], sB["d"], sB["seeds"],
-                 [("train_error", ()), ("test_error", ()), ("overlap", (0, 0)), ("overlap", (0, 1)),
-                  ("gram", (0, 0)), ("gram", (1, 1)), ("gram", (0, 1))], allowB)
-    hard = float(np.max(np.abs(dm["overlap"][0][:, 1, :])))
-    acc.append(dict(quantity="GeLU m=2: max_t |hard overlap| (DMFT must be exactly 0)", theory=hard, simulation=float(np.max(np.abs(np.asarray(simB.overlap[:, 1, :])))),
-                    sim_stderr=None, d=sB["d"], seeds=sB["seeds"], tolerance=0.0, agree=hard == 0.0))
+    simB2 = dmft.simulate(P, d=sB["d_small"], delta=sB["delta"], lr=sB["lr"], steps=sB["steps"], seeds=sB["seeds"],
+                          key=jax.random.key(12), test_samples=2**16)
+    hard = float(np.max(np.abs(dm["overlap"][:, :, 1, :])))
+    data["gelu_m2_easy_hard"] = dict(dmft_keys=_at(dm, sB["times"]), gd_seeds=_at(_seeds(simB), sB["times"]),
+                                     gd_seeds_small=_at(_seeds(simB2), sB["times"]), dmft_max_hard_overlap=hard,
+                                     gd_max_hard_overlap=float(np.max(np.abs(np.asarray(simB.overlap[:, 1, :])))))
     ax = axes[0, 2]
     ts = np.arange(sB["steps"] + 1)
     for (i, j), c in (((0, 0), "C0"), ((0, 1), "C1"), ((1, 0), "C2"), ((1, 1), "C3")):
-        ax.plot(ts, dm["overlap"][0][:, i, j], c + "-", label=f"M[{i},{j}] DMFT")
+        ax.plot(ts, dm["overlap"].mean(0)[:, i, j], c + "-", label=f"M[{i},{j}] DMFT")
         ax.errorbar(ts, np.asarray(simB.overlap[:, i, j]), np.asarray(simB.overlap_stderr[:, i, j]), fmt=c + "o", ms=2)
     ax.set_title(f"GeLU m=2 easy+hard, d={sB['d']}, {sB['seeds']} seeds")
     ax.legend(fontsize=7)
 
     # ---- C. phase retrieval, quadratic and GeLU students (first phase) --------------
-    sC = dict(delta=2.0, lr=0.02, steps=100, paths=40_000 if quick else 200_000, d=2000, seeds=4 if quick else 8)
+    sC = dict(delta=2.0, lr=0.02, steps=100, paths=200_000 if quick else 400_000, d=2000, seeds=16 if quick else 32)
     if tiny:
-        sC.update(paths=10_000, d=1000, steps=60)
-    setting["phase_retrieval"] = dict(sC, problem="y=z^2, m=1, a=1 frozen, Q0=1, M0=0, square loss; students x^2 and erf-GeLU")
+        sC.update(paths=10_000, d=1000, steps=60, seeds=4)
+    sC["times"] = [10, sC["steps"] // 2, sC["steps"]]
+    setting["phase_retrieval"] = dict(sC, problem="y=z^2, m=1, a=1 frozen, Q0=1, M0=0, square loss; students x^2 and erf-GeLU",
+                                      allowance=ALLOW_C)
     ax = axes[1, 0]
     for act, nm, c in ((lambda x: x**2, "quadratic", "C0"), (gelu, "GeLU", "C1")):
         P = phase_retrieval_problem(act)
-        dm = _dmft_keys(P, sC["paths"], delta=sC["delta"], lr=sC["lr"], steps=sC["steps"])
+        dm = _dmft_keys(P, sC["paths"], keys=keys, delta=sC["delta"], lr=sC["lr"], steps=sC["steps"])
         simC = dmft.simulate(P, d=sC["d"], delta=sC["delta"], lr=sC["lr"], steps=sC["steps"], seeds=sC["seeds"],
                              key=jax.random.key(3), test_samples=2**16)
-        acc += _rows(f"phase retrieval {nm}", dm, simC, [10, sC["steps"] // 2, sC["steps"]], sC["d"], sC["seeds"],
-                     [("train_error", ()), ("test_error", ())], dict(train_error=0.02, test_error=0.02))
-        acc.append(dict(quantity=f"phase retrieval {nm}: max_t η·λ_max(D)/δ over DMFT paths (stable < 2)", theory=float(np.max(dm["_curv"])), simulation=None, sim_stderr=None, d=None, seeds=None, tolerance=2.0, agree=bool(np.max(dm["_curv"]) < 2)))
+        data[f"phase_retrieval_{nm}"] = dict(dmft_keys=_at(dm, sC["times"]), gd_seeds=_at(_seeds(simC), sC["times"]),
+                                             max_step_curvature=float(np.max(dm["_curv"])))
         ts = np.arange(sC["steps"] + 1)
-        ax.plot(ts, dm["train_error"][0], c + "-", label=f"{nm} train DMFT")
+        ax.plot(ts, dm["train_error"].mean(0), c + "-", label=f"{nm} train DMFT")
         ax.errorbar(ts, np.asarray(simC.train_error), np.asarray(simC.train_error_stderr), fmt=c + "o", ms=2, label=f"{nm} train GD")
-        ax.plot(ts, dm["test_error"][0], c + "--", label=f"{nm} test DMFT")
+        ax.plot(ts, dm["test_error"].mean(0), c + "--", label=f"{nm} test DMFT")
     ax.set_title(f"phase retrieval, δ={sC['delta']}, d={sC['d']}")
     ax.set_yscale("log")
     ax.legend(fontsize=7)
+    acc += curve_section_rows(setting, data)
 
     # ---- D. η → 0 at fixed physical time t·η ----------------------------------------
     etas = [0.4, 0.2, 0.1, 0.05] if quick else [0.4, 0.2, 0.1, 0.05, 0.025]
@@ -332,4 +443,4 @@ def run(mode: str, outdir: pathlib.Path) -> dict:
     fig.tight_layout()
     figname = "dmft.png"
     fig.savefig(pathlib.Path(outdir) / figname, dpi=110)
-    return dict(setting=setting, accuracy=acc, performance=perf, figure=figname)
+    return dict(setting=setting, accuracy=acc, performance=perf, figure=figname, data=data)

@@ -107,8 +107,9 @@ def resolvent_rows(S, rz) -> list:
                     note=(f"c = {fit['c']:.3g} ± {fit['c_stderr']:.2g}, χ² {fit['chi2']:.2f} on {fit['dof']} dof; detects a δ "
                           f"error of {100 * fit['tolerance'] / delta:.2g} % (the Kolmogorov rows: 25 %); grid λ ∈ "
                           f"[{R['lam'][0]:g}, {R['lam'][1]:g}] ({R['lam'][2]} points) × η ∈ {R['etas']}; a {N}-sample Monte "
-                          f"Carlo law implies δ within ±{mc:.3g} (two independent laws, /√2), so the timed "
-                          f"{S['samples']}-sample law within ±{mc * np.sqrt(N / S['samples']):.2g}")))
+                          f"Carlo law implies δ within about ±{mc:.3g} (one pair of independent laws: |δ̂₁ − δ̂₂|/√2, itself "
+                          f"uncertain by a factor ~2), so the timed {S['samples']}-sample law within about "
+                          f"±{mc * np.sqrt(N / S['samples']):.2g}")))
     return acc
 
 

@@ -958,7 +958,6 @@ def test_tangent_growth_against_dense_propagation():
     against u_t = (I − ηH)^t u_0 propagated with the dense autodiff Hessian: the per-step growth rates of
     the hard-row norm agree to rounding (checks the renormalization bookkeeping and the hard rows)."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     import dmft
@@ -1072,12 +1071,35 @@ def test_committed_stieltjes_grid_is_the_issue_size_and_consistent():
     assert run == pytest.approx(wall - comp, rel=1e-12) and 0 < comp < wall
     its = int(np.sum(res["data"]["iterations"]))
     assert f"{1e6 * run / (its * S['samples']):.3g} µs" in perf["run time after compilation"]["note"]
-    from benchmarks.bench_stieltjes_grid import accuracy_rows
+    from benchmarks.bench_stieltjes_grid import accuracy_rows, resolvent_rows
 
-    assert_same_json(accuracy_rows(S, res["data"]["check"]), res["accuracy"])
-    (lim,) = [r for r in res["accuracy"] if r["agree"] is not None]
-    assert lim["agree"] and "control" in lim["note"]
-    assert set(res["data"]["check"]["converged_checks"].values()) == {len(range(0, S["points"], S["check"]["stride"]))}
+    C = res["data"]["check"]
+    assert_same_json(accuracy_rows(S, C) + resolvent_rows(S, C["resolvent"]), res["accuracy"])
+    ks_lim, res_lim = [r for r in res["accuracy"] if r["agree"] is not None]
+    assert ks_lim["agree"] and "control" in ks_lim["note"] and res_lim["agree"]
+    assert set(C["converged_checks"].values()) == {len(range(0, S["points"], S["check"]["stride"]))}
+
+
+def test_committed_stieltjes_grid_resolvent_check_recomputes_and_can_fail():
+    """stieltjes_grid's resolvent check (session 55): one stored δ̂ (d = 125, seed 0) recomputed from scratch — the
+    dense matrix, its resolvent trace, the equation at its own blocks, with the stored Jacobian — and a 1 % error in
+    δ (every δ̂ moved by 0.04) is resolved by the limit row."""
+    import jax
+
+    from benchmarks.bench_spectral import delta_hat, resolvent_grid, resolvent_trace, theory_trace
+    from benchmarks.bench_stieltjes_grid import dense_spectrum, resolvent_rows
+
+    jax.config.update("jax_enable_x64", True)
+    res = _load("stieltjes_grid")
+    S, rz = res["setting"], res["data"]["check"]["resolvent"]
+    C, d = S["check"], res["setting"]["check"]["ds"][0]
+    z = resolvent_grid(C["resolvent"])
+    J = np.asarray(rz["jacobian"][0]) + 1j * np.asarray(rz["jacobian"][1])
+    ev, own = dense_spectrum(d, S["delta"], jax.random.fold_in(jax.random.key(C["key"]), 1000 * d + 0), blocks=True)
+    got = delta_hat(resolvent_trace(ev, z), theory_trace(own, z, S["delta"]), J, S["delta"])
+    assert float(got) == pytest.approx(rz["delta_hat"][0][0], abs=1e-8)
+    moved = dict(rz, delta_hat=[[v + 0.01 * S["delta"] for v in k] for k in rz["delta_hat"]])
+    assert not resolvent_rows(S, moved)[-1]["agree"]
 
 
 def test_committed_aging_bounded_is_consistent():
