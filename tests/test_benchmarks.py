@@ -160,6 +160,35 @@ def test_committed_dmft_agreement_and_reproduction():
     assert float(tr.overlap[10, 0, 0]) == pytest.approx(committed["simulation"], abs=4 * 0.0035 + 3 * committed["sim_stderr"] + 0.01)
 
 
+def test_dmft_curve_rows_welch_every_step_and_finite_size_can_fail():
+    """bench_dmft's curve rows (session 55): Welch t between DMFT keys and GD seeds + the stated allowance (scipy's
+    Welch test at the same coverage); the every-step row fails when one step is off by more than tolerance +
+    allowance; the finite-size row fails when GD at d/2 and d differ by more than allowance + noise."""
+    from scipy import stats
+
+    from benchmarks.bench_dmft import curve_rows, every_step_row, finite_size_rows
+    from benchmarks.bench_first_phase import COVERAGE
+
+    rng = np.random.default_rng(0)
+    K, S = rng.normal(0.5, 2e-3, (8, 41)), rng.normal(0.5, 4e-3, (64, 41))
+    (row,) = curve_rows("x", [40], {"q": K[:, [40]]}, {"q": S[:, [40]]}, [("q", ())], {"q": 1e-3}, 100)
+    a, b = K[:, 40], S[:, 40]
+    se = np.hypot(a.std(ddof=1) / np.sqrt(8), b.std(ddof=1) / np.sqrt(64))
+    dof = se**4 / ((a.var(ddof=1) / 8) ** 2 / 7 + (b.var(ddof=1) / 64) ** 2 / 63)
+    assert row["tolerance"] == pytest.approx(stats.t.ppf(0.5 + COVERAGE / 2, dof) * se + 1e-3, rel=1e-9)
+    assert row["agree"] and row["theory_stderr"] == pytest.approx(a.std(ddof=1) / np.sqrt(8))
+    ok = every_step_row("x", {"q": K}, {"q": S}, "q", (), 1e-3, 100)
+    assert ok["agree"] and ok["simulation"] == 0.0
+    S_off = S.copy()
+    S_off[:, 17] += 0.02                                   # one step off by ≫ tolerance + allowance
+    bad = every_step_row("x", {"q": K}, {"q": S_off}, "q", (), 1e-3, 100)
+    assert not bad["agree"] and "t = 17" in bad["note"]
+    big, small = rng.normal(1.0, 0.01, (12, 3)), rng.normal(1.0, 0.01, (12, 3))
+    assert all(r["agree"] for r in finite_size_rows("x", [1, 2, 3], {"q": big}, {"q": small}, [("q", ())], {"q": 0.01}, 4000, 2000))
+    shifted = finite_size_rows("x", [1, 2, 3], {"q": big}, {"q": small + 0.05}, [("q", ())], {"q": 0.01}, 4000, 2000)
+    assert not any(r["agree"] for r in shifted)
+
+
 def test_fss_exponent_row_assesses_only_resolved_discrepancies():
     """Session 51 referee audit: the finite-size exponent was an unweighted fit of log|disc| over discrepancies
     within noise (passes half the time with no bias at all). Now: weighted, with an s.e., and only over d that
