@@ -391,7 +391,8 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
             "## Accuracy: theory against its reference", "",
             "against: finite d (GD simulation or dense linear algebra at finite d), finite d extrapolated to d → ∞, "
             "closed form, or theory (other route): another route of the theory (e.g. stationary against dynamic "
-            "DMFT), a consistency check, not a check of the theory itself; see quantity: the row says. Rows: "
+            "DMFT), a consistency check, not a check of the theory itself; self-consistency (Monte Carlo keys): a "
+            "theory's independent Monte Carlo keys tested as one i.i.d. sample; see quantity: the row says. Rows: "
             + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) + ".", "", *acc_lines, "",
             *_calibration_lines(z_calibration(rows_by_name)),
             "## Performance", "", *perf_lines, ""]
