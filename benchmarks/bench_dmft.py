@@ -197,7 +197,7 @@ def key_consistency_row(label, keys, quantities) -> dict:
             n += t.size
             j = int(np.argmax(t))
             if t[j] > worst:
-                worst, where = float(t[j]), f"key {k} (seeded key(11 + {k})), {q}{list(idx) if idx else ''}, stored time {j}"
+                worst, where = float(t[j]), f"key {k} (seeded key(11 + {k})), {q}{list(idx) if idx else ''}, time index {j} of the stored times"
     K = np.asarray(keys[quantities[0][0]]).shape[0]
     crit = float(stats.t.ppf(1 - (1 - 0.9973) / (2 * n), K - 2))
     return dict(quantity=f"{label}: DMFT key consistency, max leave-one-out |t| over {n} key × quantity × time tests "
