@@ -276,8 +276,8 @@ def reanalyze(res: dict) -> dict:
                                             res["setting"]["finite_size"]["dmft_M_stderr"], seeds=seeds)
     acc = [next((v for k, v in new.items() if r["quantity"].startswith(k)), r) for r in res["accuracy"]]
     if "tanh_m1" in res.get("data", {}):        # runs since session 55 store the per-key and per-seed values
-        curves = curve_section_rows(res["setting"], res["data"])
-        acc = curves + acc[len(curves):]
+        first = next(i for i, r in enumerate(acc) if r["quantity"].startswith("η→0"))   # sections D, E follow A–C
+        acc = curve_section_rows(res["setting"], res["data"]) + acc[first:]
     return dict(res, accuracy=acc)
 
 
