@@ -82,6 +82,19 @@ def _at(curves: dict, times) -> dict:
     return {q: np.asarray(v)[:, list(times)].tolist() for q, v in curves.items() if not q.startswith("_")}
 
 
+def _pairs(A, B, quantities, times):
+    """(q, idx, t, a, b): the two samples (DMFT keys / GD seeds, or GD seeds at two d) of each quantity at each time,
+    from the stored form {q: (samples, len(times), ...)}."""
+    for q, idx in quantities:
+        X, Y = np.asarray(A[q], float), np.asarray(B[q], float)
+        for j, t in enumerate(times):
+            yield q, idx, t, X[(slice(None), j) + tuple(idx)], Y[(slice(None), j) + tuple(idx)]
+
+
+def _se(v) -> float:
+    return float(np.std(v, ddof=1) / np.sqrt(np.size(v)))
+
+
 def curve_rows(label, times, keys, seeds, quantities, allowance, d) -> list:
     """DMFT against GD at the report ``times``: per (quantity, t) the DMFT keys' mean against the GD seeds' mean,
     tolerance = Welch t (keys and seeds are independent samples; t(0.99865) at the Welch–Satterthwaite dof times
@@ -89,19 +102,14 @@ def curve_rows(label, times, keys, seeds, quantities, allowance, d) -> list:
     len(times), ...)} (the stored form)."""
     from .bench_first_phase import welch_tolerance
     rows = []
-    for q, idx in quantities:
-        K, S = np.asarray(keys[q], float), np.asarray(seeds[q], float)
-        for j, t in enumerate(times):
-            a, b = K[(slice(None), j) + tuple(idx)], S[(slice(None), j) + tuple(idx)]
-            w, f, dof = welch_tolerance(a, b)
-            tol = w + allowance[q]
-            rows.append(dict(quantity=f"{label}: {q}{list(idx) if idx else ''} at t={t}", theory=float(a.mean()),
-                             theory_stderr=float(a.std(ddof=1) / np.sqrt(a.size)), simulation=float(b.mean()),
-                             sim_stderr=float(b.std(ddof=1) / np.sqrt(b.size)),
-                             dmft_stderr=float(a.std(ddof=1) / np.sqrt(a.size)), d=d, seeds=int(b.size), tolerance=float(tol),
-                             tolerance_rule=f"t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × combined s.e. + stated allowance "
-                                            f"{allowance[q]:g}", agree=bool(abs(a.mean() - b.mean()) <= tol),
-                             note=f"DMFT: {a.size} keys"))
+    for q, idx, t, a, b in _pairs(keys, seeds, quantities, times):
+        w, f, dof = welch_tolerance(a, b)
+        tol = w + allowance[q]
+        rows.append(dict(quantity=f"{label}: {q}{list(idx) if idx else ''} at t={t}", theory=float(a.mean()),
+                         theory_stderr=_se(a), simulation=float(b.mean()), sim_stderr=_se(b), d=d, seeds=int(b.size),
+                         tolerance=float(tol), tolerance_rule=f"t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × combined s.e. + "
+                                                             f"stated allowance {allowance[q]:g}",
+                         agree=bool(abs(a.mean() - b.mean()) <= tol), note=f"DMFT: {a.size} keys"))
     return rows
 
 
@@ -132,20 +140,15 @@ def finite_size_rows(label, times, big, small, quantities, allowance, d_big, d_s
     Welch tolerance of the two seed sets (the allowance covers what the data resolve)."""
     from .bench_first_phase import welch_tolerance
     rows = []
-    for q, idx in quantities:
-        B, S = np.asarray(big[q], float), np.asarray(small[q], float)
-        for j, t in enumerate(times):
-            a, b = B[(slice(None), j) + tuple(idx)], S[(slice(None), j) + tuple(idx)]
-            w, f, dof = welch_tolerance(b, a)
-            sh = float(b.mean() - a.mean())
-            rows.append(dict(quantity=f"{label}: finite-size shift of GD {q}{list(idx) if idx else ''} at t={t}, mean(d={d_small}) − "
-                                      f"mean(d={d_big}) (= the 1/d bias left at d={d_big}), within the stated allowance",
-                             theory=0.0, simulation=sh, sim_stderr=float(np.hypot(a.std(ddof=1) / np.sqrt(a.size),
-                                                                                  b.std(ddof=1) / np.sqrt(b.size))),
-                             d=f"{d_small} vs {d_big}", seeds=int(min(a.size, b.size)), tolerance=float(w + allowance[q]),
-                             tolerance_rule=f"stated allowance {allowance[q]:g} + t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × "
-                                            "combined s.e.", agree=bool(abs(sh) <= w + allowance[q]),
-                             reference="finite d"))
+    for q, idx, t, a, b in _pairs(big, small, quantities, times):
+        w, f, dof = welch_tolerance(b, a)
+        sh = float(b.mean() - a.mean())
+        rows.append(dict(quantity=f"{label}: finite-size shift of GD {q}{list(idx) if idx else ''} at t={t}, mean(d={d_small}) − "
+                                  f"mean(d={d_big}) (= the 1/d bias left at d={d_big}), within the stated allowance",
+                         theory=0.0, simulation=sh, sim_stderr=float(np.hypot(_se(a), _se(b))), d=f"{d_small} vs {d_big}",
+                         seeds=int(min(a.size, b.size)), tolerance=float(w + allowance[q]),
+                         tolerance_rule=f"stated allowance {allowance[q]:g} + t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × "
+                                        "combined s.e.", agree=bool(abs(sh) <= w + allowance[q]), reference="finite d"))
     return rows
 
 
