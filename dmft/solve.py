@@ -598,7 +598,7 @@ def solve(
         antithetic_coordinates=list(hard), symmetry_groups=[list(g) for g in groups], jacobian="exact-adjoint", dtype="float64",
         field_factor="block-cholesky", chol_jitter=jit_, **_test_setting(nt),
     )
-    return _checked(dataclasses.replace(traj, setting=setting), throw)
+    return _checked(dataclasses.replace(traj, setting=setting), throw, problem)
 
 
 def _factor_breakdowns(traj: Trajectory):
@@ -653,13 +653,61 @@ def _nan_if_invalid_traced(traj: Trajectory, problem: Problem, delta, lr) -> Tra
     return dataclasses.replace(out, failed_step=jnp.where(bad, 0, traj.failed_step))
 
 
-def _checked(traj: Trajectory, throw: bool) -> Trajectory:
+def _checked(traj: Trajectory, throw: bool, problem: Problem = None) -> Trajectory:
     if throw:
         raise_if_failed(traj)
     warn_if_unstable(traj)
     warn_if_unfaithful(traj)
     warn_if_diverging(traj)
+    if problem is not None:
+        warn_if_rising(traj, problem)
     return traj
+
+
+RISE_REL = 0.05     # a rise of the train error above its running minimum by this fraction (and by 1e-3 of its start)
+
+
+def rise_step(train_error):
+    """Per trajectory (rows of ``train_error`` (..., steps+1)): the first step at which the train error exceeds its
+    running minimum by more than ``RISE_REL`` of it and by more than 1e-3 of its initial value (−1: never), and that
+    minimum's step."""
+    te = np.asarray(train_error, float)
+    te = te.reshape(-1, te.shape[-1])
+    with np.errstate(all="ignore"):
+        run_min = np.minimum.accumulate(np.where(np.isfinite(te), te, np.inf), axis=1)
+        bad = (te > (1 + RISE_REL) * run_min) & (te - run_min > 1e-3 * np.abs(te[:, :1]))
+    first = np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
+    at_min = np.array([int(np.argmin(row[:max(f, 1)])) for row, f in zip(te, first)])
+    return first, at_min
+
+
+def warn_if_rising(traj: Trajectory, problem: Problem):
+    """Full-batch GD whose step is below 2/λ_max of the Hessian decreases its objective at every step (the descent
+    lemma); without ridge the objective is the train error, and the DMFT is the n, d → ∞ limit of that GD. A rise well
+    above the running minimum therefore means either a step beyond the edge of stability (a catapult, which
+    :func:`warn_if_unstable` sees only per path) or a Monte Carlo solve that has departed from its limit (measured,
+    session 55: ~8 % of 25 000-path keys in a phase-retrieval quadratic case, docs/dmft.md "Agreement with GD").
+    Skipped with a ridge (the objective then adds it) and inside jit / vmap."""
+    import warnings
+
+    if isinstance(traj.train_error, Tracer) or np.shape(traj.train_error)[-1] < 3:
+        return
+    try:
+        if float(np.max(np.abs(problem.ridge))) != 0.0 or float(np.max(np.abs(problem.ridge_second))) != 0.0:
+            return
+    except Exception:       # traced ridge: nothing concrete to compare
+        return
+    first, at_min = rise_step(traj.train_error)
+    i = np.nonzero(first >= 0)[0]
+    if i.size:
+        te = np.asarray(traj.train_error, float).reshape(-1, np.shape(traj.train_error)[-1])[i[0]]
+        t0, t1 = int(at_min[i[0]]), int(first[i[0]])
+        where = "" if np.ndim(traj.train_error) == 1 else f" (sweep points {i.tolist()})"
+        warnings.warn(f"DMFT{where}: the train error rises from {te[t0]:.4g} at step {t0} to {te[t1]:.4g} at step {t1} "
+                      f"(max {np.nanmax(te[t1:]):.4g} later). Gradient descent with a step below 2/λ_max of the Hessian "
+                      "decreases its loss at every step, so either lr is beyond the edge of stability, or this Monte "
+                      "Carlo solve has departed from the n → ∞ limit (docs/dmft.md, 'Agreement with GD'): compare "
+                      "another key or more paths before using these curves.", RuntimeWarning, stacklevel=3)
 
 
 DIVERGENCE_FACTOR = 1e6   # train error above this multiple of its initial value, and still growing: GD diverges
@@ -767,7 +815,7 @@ def solve_sweep(problem: Problem, deltas, lr, steps: int, paths: int, key, *, sa
         antithetic_coordinates=list(hard), symmetry_groups=[list(g) for g in groups], jacobian="exact-adjoint",
                    dtype="float64", common_random_numbers=True, field_factor="block-cholesky", chol_jitter=jit_,
                    **_test_setting(nt))
-    return _checked(dataclasses.replace(traj, setting=setting), throw)
+    return _checked(dataclasses.replace(traj, setting=setting), throw, problem)
 
 
 def _hard_groups(problem: Problem, where: str) -> tuple:

@@ -222,3 +222,30 @@ def test_audit_session50_shapes_and_dtypes_are_named():
     for kw in (dict(probes=0), dict(order=0), dict(order=-5)):
         with pytest.raises(ValueError, match="must be an int >= 1"):
             spectral.stochastic_lanczos_quadrature(hv, W.shape, key, **kw)
+
+
+def test_rising_train_error_is_flagged_unless_a_ridge_makes_it_legitimate():
+    """Session 55: a DMFT Monte Carlo key departed collectively (phase retrieval, quadratic student: train error
+    0.32 → 2.8 while GD decreases), passing every per-path check. Without ridge GD with a stable step decreases its
+    loss (descent lemma), so a rise of the train error above its running minimum is flagged; plateau wiggles below
+    5 % are not, and with a ridge the objective is not the train error."""
+    import warnings
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dmft.solve import rise_step, warn_if_rising
+
+    t = np.arange(101)
+    healthy = 0.2 + 0.6 * np.exp(-t / 20) + 1e-4 * np.sin(t)          # decreasing, tiny wiggles
+    departed = healthy.copy()
+    departed[60:] += 0.5 * np.sin(np.pi * (t[60:] - 60) / 40) ** 2     # a collective excursion from step 60
+    first, at_min = rise_step(np.stack([healthy, departed]))
+    assert first[0] == -1 and first[1] > 60 and at_min[1] >= 59
+    free = SimpleNamespace(ridge=np.array(0.0), ridge_second=np.array(0.0))
+    with pytest.warns(RuntimeWarning, match="train error rises"):
+        warn_if_rising(SimpleNamespace(train_error=departed), free)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_rising(SimpleNamespace(train_error=healthy), free)
+        warn_if_rising(SimpleNamespace(train_error=departed), SimpleNamespace(ridge=np.array(0.1), ridge_second=np.array(0.0)))
