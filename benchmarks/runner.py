@@ -116,13 +116,14 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
         print(f"== benchmark {name} ({mode})", flush=True)
         t0, load0 = time.perf_counter(), _load()
         _COMPILE.reset()
-        try:
-            res = mod.run(mode, outdir)
-            status = "ok"
-        except Exception as exc:  # a failing benchmark is recorded, not hidden
-            traceback.print_exc()
-            res = dict(error=f"{type(exc).__name__}: {exc}", accuracy=[], performance=[])
-            status = "error"
+        with _WarningLog() as wlog:
+            try:
+                res = mod.run(mode, outdir)
+                status = "ok"
+            except Exception as exc:  # a failing benchmark is recorded, not hidden
+                traceback.print_exc()
+                res = dict(error=f"{type(exc).__name__}: {exc}", accuracy=[], performance=[])
+                status = "error"
         res = _jsonable(res)
         wall = round(time.perf_counter() - t0, 2)
         res.setdefault("performance", []).extend(_memory_rows())
@@ -130,7 +131,8 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
                    provenance=dict(provenance(mode), host_load=dict(start=load0, end=_load(), cpus=os.cpu_count(),
                                    note="os.getloadavg() (1, 5, 15 min) at the start and end of this benchmark; it counts "
                                         "the benchmark's own threads (about 1.0–1.4 alone); a higher value means other "
-                                        "work shared the machine and timings are slower")))
+                                        "work shared the machine and timings are slower"),
+                                   warnings=wlog.rows()))
         (outdir / f"{res['name']}.json").write_text(json.dumps(res, indent=1))
         done[res["name"]] = res
         print(f"   {status} in {res['wall_s']} s -> {outdir / (res['name'] + '.json')}", flush=True)
@@ -139,6 +141,38 @@ def run(names=None, mode: str = "standard", outdir: pathlib.Path | None = None, 
     if regenerate:
         _report(outdir)
     return done
+
+
+class _WarningLog:
+    """The warnings a benchmark emitted (RuntimeWarning and UserWarning: the solvers' diagnostics, e.g. unstable tail
+    paths, a rising train error, an unfaithful field factor), as they are shown (Python's default filter: once per
+    message and place), counted per message; still printed as before. Stored in ``provenance.warnings`` so that a
+    number computed under a solver warning says so in its JSON and in RESULTS.md (session 55: a departed Monte Carlo
+    DMFT key warned on the console only)."""
+
+    KINDS = (RuntimeWarning, UserWarning)
+
+    def __enter__(self):
+        import warnings
+
+        self.seen, self._prev = {}, warnings.showwarning
+        warnings.showwarning = self._show
+        return self
+
+    def _show(self, message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, self.KINDS):
+            key = f"{category.__name__}: {str(message)[:400]}"
+            self.seen[key] = self.seen.get(key, 0) + 1
+        self._prev(message, category, filename, lineno, file, line)
+
+    def __exit__(self, *exc):
+        import warnings
+
+        warnings.showwarning = self._prev
+        return False
+
+    def rows(self) -> list:
+        return [dict(message=k, shown=n) for k, n in self.seen.items()]
 
 
 class _CompileLog:
@@ -286,6 +320,17 @@ def _compile_cell(res) -> str:
     return f"{c['backend_compile_s'] + c['trace_s'] + c['lower_s']:.1f} | {c['programs']}"
 
 
+def _warnings_cell(pv: dict) -> str:
+    """Distinct solver warnings of a run (``provenance.warnings``), with their first words; — for runs recorded before
+    warnings were (session 55)."""
+    w = pv.get("warnings")
+    if w is None:
+        return "—"
+    if not w:
+        return "0"
+    return f"{len(w)}: " + "; ".join(sorted({r['message'].split(': ', 1)[-1][:60].replace('|', '/') + '…' for r in w}))
+
+
 def reference_kind(row) -> str:
     """What the theory value of an accuracy row is checked against, from the row's ``reference`` if it has one,
     else from its ``d`` column (session 52 referee item: rows of theory against theory were listed under
@@ -350,8 +395,8 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
                  "|---|---|---|---|---|---|---|---|---|"]
     kinds, rows_by_name = {}, {}
     perf_lines = ["| benchmark | what | value | unit | ratio | note |", "|---|---|---|---|---|---|"]
-    runs = ["| benchmark | file | mode | device | jax | date | status | wall (s) | compile (s) | programs |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    runs = ["| benchmark | file | mode | device | jax | date | status | wall (s) | compile (s) | programs | warnings |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for f in files:
         try:
             res = json.loads(f.read_text())
@@ -363,7 +408,7 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
         rel = f.relative_to(rdir).as_posix()
         pv = res["provenance"]
         runs.append(f"| {name} | {rel} | {pv.get('mode')} | {pv.get('platform')}:{pv.get('device')} | {pv.get('jax')} | "
-                    f"{pv.get('date')} | {res.get('status')} | {res.get('wall_s')} | {_compile_cell(res)} |")
+                    f"{pv.get('date')} | {res.get('status')} | {res.get('wall_s')} | {_compile_cell(res)} | {_warnings_cell(pv)} |")
         tag = f"{name} ({pv.get('platform')})"
         rows_by_name.setdefault(tag, []).extend(res.get("accuracy", []))
         for row in res.get("accuracy", []):
@@ -387,7 +432,9 @@ def write_results_md(path: pathlib.Path | None = None, results_dir: pathlib.Path
             "## Runs", "",
             "compile (s): XLA backend compilation + tracing + lowering inside the benchmark (jax.monitoring "
             "events; part of its wall time; a persistent-cache hit counts its read time); programs: XLA programs "
-            "built; — for runs recorded before this was measured.", "", *runs, "",
+            "built; warnings: distinct RuntimeWarning / UserWarning messages the run emitted (solver diagnostics: "
+            "unstable tail paths, a rising train error, an unfaithful field factor; full text in the JSON's "
+            "provenance.warnings); — for runs recorded before this was measured.", "", *runs, "",
             "## Accuracy: theory against its reference", "",
             "against: finite d (GD simulation or dense linear algebra at finite d), finite d extrapolated to d → ∞, "
             "closed form, or theory (other route): another route of the theory (e.g. stationary against dynamic "

@@ -29,6 +29,23 @@ def test_smoke_benchmark_end_to_end(tmp_path):
     assert set(c) == {"backend_compile_s", "trace_s", "lower_s", "programs", "top"}
     assert 0 <= c["backend_compile_s"] + c["trace_s"] + c["lower_s"] <= res["wall_s"]
     assert "| compile (s) | programs |" in md
+    assert isinstance(res["provenance"]["warnings"], list) and "| warnings |" in md
+
+
+def test_warning_log_records_solver_warnings_and_still_shows_them():
+    """Session 55: a benchmark's solver warnings (e.g. dmft.solve's rising train error) go into
+    provenance.warnings, counted per message, and are still shown; other categories are not recorded."""
+    import warnings
+
+    with pytest.warns((RuntimeWarning, DeprecationWarning)) as shown:
+        with runner._WarningLog() as wl:
+            for _ in range(2):
+                warnings.warn("DMFT: the train error rises from 0.3 at step 51", RuntimeWarning)
+            warnings.warn("old API", DeprecationWarning)
+    assert [r["message"] for r in wl.rows()] == ["RuntimeWarning: DMFT: the train error rises from 0.3 at step 51"]
+    assert any("train error rises" in str(w.message) for w in shown)      # still shown, as before
+    assert runner._warnings_cell({"warnings": wl.rows()}).startswith("1: DMFT: the train error rises")
+    assert runner._warnings_cell({}) == "—" and runner._warnings_cell({"warnings": []}) == "0"
 
 
 def test_compile_log_counts_a_fresh_compilation():
