@@ -580,7 +580,6 @@ def design_cmd(
     independent keys before trusting an improvement (benchmarks/bench_design.py does)."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from . import families as fam
     from .stationary import Warmup

@@ -75,7 +75,7 @@ class SimulationResult(eqx.Module):
 
 def _run_one(problem: Problem, key, d: int, n: int, eta, steps: int, test_samples: int, random_overlap: bool, dtype,
              n_real=None, freeze_hard: tuple = (), save_at: tuple = ()):
-    k, m = problem.k, problem.m
+    k = problem.k
     st = problem.student
     kd, kw, kt = jax.random.split(key, 3)
     X, y = sample_data(problem, kd, d, n, dtype)
