@@ -686,7 +686,8 @@ def warn_if_rising(traj: Trajectory, problem: Problem):
     lemma); without ridge the objective is the train error, and the DMFT is the n, d → ∞ limit of that GD. A rise well
     above the running minimum therefore means either a step beyond the edge of stability (a catapult, which
     :func:`warn_if_unstable` sees only per path) or a Monte Carlo solve that has departed from its limit (measured,
-    session 55: ~8 % of 25 000-path keys in a phase-retrieval quadratic case, docs/dmft.md "Agreement with GD").
+    session 55: ~10 % of keys at 10 000–50 000 paths in a phase-retrieval quadratic case, where GD never rises;
+    docs/dmft.md "Agreement with GD").
     Skipped with a ridge (the objective then adds it) and inside jit / vmap."""
     import warnings
 
@@ -707,7 +708,7 @@ def warn_if_rising(traj: Trajectory, problem: Problem):
                       f"(max {np.nanmax(te[t1:]):.4g} later). Gradient descent with a step below 2/λ_max of the Hessian "
                       "decreases its loss at every step, so either lr is beyond the edge of stability, or this Monte "
                       "Carlo solve has departed from the n → ∞ limit (docs/dmft.md, 'Agreement with GD'): compare "
-                      "another key or more paths before using these curves.", RuntimeWarning, stacklevel=3)
+                      "independent keys before using these curves.", RuntimeWarning, stacklevel=3)
 
 
 DIVERGENCE_FACTOR = 1e6   # train error above this multiple of its initial value, and still growing: GD diverges
