@@ -91,26 +91,14 @@ def _pairs(A, B, quantities, times):
             yield q, idx, t, X[(slice(None), j) + tuple(idx)], Y[(slice(None), j) + tuple(idx)]
 
 
-def _se(v) -> float:
-    return float(np.std(v, ddof=1) / np.sqrt(np.size(v)))
-
-
 def curve_rows(label, times, keys, seeds, quantities, allowance, d) -> list:
     """DMFT against GD at the report ``times``: per (quantity, t) the DMFT keys' mean against the GD seeds' mean,
-    tolerance = Welch t (keys and seeds are independent samples; t(0.99865) at the Welch–Satterthwaite dof times
-    the combined s.e.) + the issue's stated allowance for the quantity. ``keys``/``seeds``: {q: (samples,
-    len(times), ...)} (the stored form)."""
-    from .bench_first_phase import welch_tolerance
-    rows = []
-    for q, idx, t, a, b in _pairs(keys, seeds, quantities, times):
-        w, f, dof = welch_tolerance(a, b)
-        tol = w + allowance[q]
-        rows.append(dict(quantity=f"{label}: {q}{list(idx) if idx else ''} at t={t}", theory=float(a.mean()),
-                         theory_stderr=_se(a), simulation=float(b.mean()), sim_stderr=_se(b), d=d, seeds=int(b.size),
-                         tolerance=float(tol), tolerance_rule=f"t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × combined s.e. + "
-                                                             f"stated allowance {allowance[q]:g}",
-                         agree=bool(abs(a.mean() - b.mean()) <= tol), note=f"DMFT: {a.size} keys"))
-    return rows
+    tolerance = the issue's stated allowance for the quantity + Welch t (keys and seeds are independent samples;
+    ``bench_first_phase.welch_row``). ``keys``/``seeds``: {q: (samples, len(times), ...)} (the stored form)."""
+    from .bench_first_phase import welch_row
+    return [dict(welch_row(f"{label}: {q}{list(idx) if idx else ''} at t={t}", a, b, d, allowance[q],
+                           f"stated allowance {allowance[q]:g}"), note=f"DMFT: {a.size} keys")
+            for q, idx, t, a, b in _pairs(keys, seeds, quantities, times)]
 
 
 def every_step_row(label, keys, seeds, q, idx, allowance, d) -> dict:
@@ -135,21 +123,16 @@ def every_step_row(label, keys, seeds, q, idx, allowance, d) -> dict:
 
 
 def finite_size_rows(label, times, big, small, quantities, allowance, d_big, d_small) -> list:
-    """The stated allowance against a measured finite-size shift: GD at d and at d/2 (independent seeds), shift =
-    mean(d/2) − mean(d), which is the O(1/d) bias left at d if the bias is c/d. Agrees when |shift| ≤ allowance +
-    Welch tolerance of the two seed sets (the allowance covers what the data resolve)."""
-    from .bench_first_phase import welch_tolerance
-    rows = []
-    for q, idx, t, a, b in _pairs(big, small, quantities, times):
-        w, f, dof = welch_tolerance(b, a)
-        sh = float(b.mean() - a.mean())
-        rows.append(dict(quantity=f"{label}: finite-size shift of GD {q}{list(idx) if idx else ''} at t={t}, mean(d={d_small}) − "
-                                  f"mean(d={d_big}) (= the 1/d bias left at d={d_big}), within the stated allowance",
-                         theory=0.0, simulation=sh, sim_stderr=float(np.hypot(_se(a), _se(b))), d=f"{d_small} vs {d_big}",
-                         seeds=int(min(a.size, b.size)), tolerance=float(w + allowance[q]),
-                         tolerance_rule=f"stated allowance {allowance[q]:g} + t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × "
-                                        "combined s.e.", agree=bool(abs(sh) <= w + allowance[q]), reference="finite d"))
-    return rows
+    """The stated allowance against a measured finite-size shift: GD at d (theory column) against GD at d/2
+    (simulation column), independent seeds; their difference is the O(1/d) bias left at d if the bias is c/d.
+    Agrees when it is within the allowance + Welch t (``bench_first_phase.welch_row``): the allowance covers what
+    the data resolve."""
+    from .bench_first_phase import welch_row
+    return [dict(welch_row(f"{label}: finite-size shift of GD {q}{list(idx) if idx else ''} at t={t}: GD at d={d_big} (theory "
+                           f"column) vs d={d_small} (simulation; the difference is the 1/d bias left at d={d_big}), within "
+                           "the stated allowance", a, b, f"{d_small} vs {d_big}", allowance[q],
+                           f"stated allowance {allowance[q]:g}"), reference="finite d")
+            for q, idx, t, a, b in _pairs(big, small, quantities, times)]
 
 
 # the issue's / THEORY §1's stated agreement: tanh "3 decimals (errors) and 0.01 (overlap)"; GeLU m = 2 "a stated

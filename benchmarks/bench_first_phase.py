@@ -84,6 +84,24 @@ def welch_rule(f: float, dof: float) -> str:
     return f"t(0.99865, Welch {dof:.1f} dof) = {f:.2f} × combined s.e. (no allowance)"
 
 
+def welch_row(q, theory, reference, d, allowance: float = 0.0, allowance_text: str = "") -> dict:
+    """A row of theory samples (independent Monte Carlo keys) against reference samples (finite-d seeds): tolerance
+    ``allowance`` (named by ``allowance_text`` in the rule) + :func:`welch_tolerance`; fewer than 3 finite values on a
+    side → not assessed (tolerance and agree None)."""
+    a, b = np.asarray(theory, float), np.asarray(reference, float)
+    wt, f, dof = welch_tolerance(a, b)
+    row = dict(quantity=q, theory=float(a.mean()), theory_stderr=float(a.std(ddof=1) / np.sqrt(a.size)),
+               simulation=float(b.mean()), sim_stderr=float(b.std(ddof=1) / np.sqrt(b.size)),
+               d=int(d) if isinstance(d, (int, np.integer)) else d, seeds=int(b.size))
+    if not np.isfinite(wt):
+        return dict(row, tolerance=None, agree=None, note="not assessed: fewer than 3 keys or seeds")
+    tol = float(allowance + wt)
+    rule = welch_rule(f, dof)
+    if allowance_text:
+        rule = f"{allowance_text} + " + rule.replace(" (no allowance)", "")
+    return dict(row, tolerance=tol, agree=bool(abs(a.mean() - b.mean()) <= tol), tolerance_rule=rule)
+
+
 def _paired(row):
     """Per-seed (equation on the state's law, bottom eigenvalue of the same state) when every seed's equation has an
     outlier, else None."""

@@ -56,19 +56,12 @@ def _row(q, th, th_se, sim, sim_se, d, seeds, tol):
 def _welch_row(q, keys, seeds, d, relative: bool):
     """Theory (independent law or DMFT keys) against finite-d seeds: tolerance the issue's 3 % of the theory
     (``relative``; else 0.03 absolute, for cos²) plus the Welch-t multiple of the combined s.e. with the coverage of
-    3 normal s.e. (session 54; was 3 s.e.: with 4–6 keys and 4–8 seeds that covers ~94–98 %); fewer than 3 on a
-    side → not assessed. Shared by ``spectral_finite_size`` and ``spectral_dmft_state``."""
-    from .bench_first_phase import welch_rule, welch_tolerance
-    keys, seeds = np.asarray(keys, float), np.asarray(seeds, float)
-    allowance = 0.03 * abs(keys.mean()) if relative else 0.03
-    wt, f, dof = welch_tolerance(keys, seeds)
-    row = _row(q, keys.mean(), _se(keys), seeds.mean(), _se(seeds), d, seeds.size, allowance + wt if np.isfinite(wt) else 0.0)
-    if np.isfinite(wt):
-        row["tolerance_rule"] = ("3 % of the theory + " if relative else "0.03 + ") + \
-            welch_rule(f, dof).replace(" (no allowance)", "")
-    else:
-        row.update(tolerance=None, agree=None, note="not assessed: fewer than 3 keys or seeds")
-    return row
+    3 normal s.e. (``bench_first_phase.welch_row``; session 54; was 3 s.e.: with 4–6 keys and 4–8 seeds that covers
+    ~94–98 %); fewer than 3 on a side → not assessed. Shared by ``spectral_finite_size`` and ``spectral_dmft_state``."""
+    from .bench_first_phase import welch_row
+    keys = np.asarray(keys, float)
+    return welch_row(q, keys, seeds, d, 0.03 * abs(keys.mean()) if relative else 0.03,
+                     "3 % of the theory" if relative else "0.03")
 
 
 def toy_rows(toy: dict) -> list:
